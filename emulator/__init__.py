@@ -1,0 +1,1 @@
+"""Pub/Sub emulator launcher (placeholder, filled in by the launcher work)."""
