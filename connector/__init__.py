@@ -8,6 +8,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``crdb_pubsub`` streaming format on a SparkSession (calling it twice is harmless)."""
+    from .datasource import register as _register
+
+    _register(spark)

@@ -1,0 +1,301 @@
+"""Options of the ``crdb_pubsub`` source: parsed, validated and normalised once, up front.
+
+Spark hands a data source its options as strings with the user's spelling of the keys. Everything
+is checked here, when ``load()`` builds the source, so a typo or an absurd value fails before a
+query starts, naming the option, the bad value and what would have been accepted. Credentials are
+kept as ``SecretStr`` so that neither ``repr`` nor an error message can leak them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+ENVELOPES = ("auto", "wrapped", "bare", "key_only", "row", "enriched", "webhook", "debezium", "csv")
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+
+_SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P<sub>[^/]+)$")
+_TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")
+# Pub/Sub resource ids: 3-255 chars, start with a letter, then letters, digits and -_.~+%
+_RESOURCE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
+_PROJECT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-.:]{0,62}[A-Za-z0-9]$|^[A-Za-z0-9]$")
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9\-.]+):(\d{1,5})$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+# The real service accepts ack deadlines of 10-600 s; the emulator also accepts shorter ones,
+# which the tests use to make redelivery observable in seconds.
+REAL_MIN_ACK_DEADLINE = 10
+EMULATOR_MIN_ACK_DEADLINE = 1
+MAX_ACK_DEADLINE = 600
+
+
+class OptionError(ValueError):
+    """A source option is missing, unknown or has a value that is not accepted."""
+
+
+class SourceOptions(BaseModel):
+    """The validated options of one ``readStream.format("crdb_pubsub")`` source.
+
+    Field names are the documented option names (case-insensitive on input).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True)
+
+    subscription: str = Field(description="Subscription path(s) or id(s), comma-separated.")
+    projectId: str | None = None
+    topic: str | None = None
+    emulatorHost: str | None = None
+    credentialsFile: SecretStr | None = None
+    credentialsJson: SecretStr | None = None
+    envelope: Literal[ENVELOPES] = "auto"  # type: ignore[valid-type]
+    mode: Literal[MODES] = "PERMISSIVE"  # type: ignore[valid-type]
+    rowSchema: str | None = None
+    includeRaw: bool = False
+    includeResolved: bool = True
+    maxMessagesPerTrigger: int | None = Field(default=None, ge=1, le=10_000_000)
+    maxBytesPerTrigger: int | None = Field(default=None, ge=1024, le=1 << 40)
+    numPartitions: int | None = Field(default=None, ge=1, le=10_000)
+    maxOutstandingMessages: int = Field(default=50_000, ge=1, le=10_000_000)
+    maxOutstandingBytes: int = Field(default=256 * 1024 * 1024, ge=64 * 1024, le=1 << 40)
+    ackDeadlineSeconds: int = Field(default=60, ge=EMULATOR_MIN_ACK_DEADLINE, le=MAX_ACK_DEADLINE)
+    maxLeaseDurationSeconds: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+    stateDir: str | None = None
+
+    # ---- field-level checks -------------------------------------------------------------------
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("envelope", mode="before")
+    @classmethod
+    def _envelope_lower(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+    @field_validator("maxBytesPerTrigger", "maxOutstandingBytes", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            m = _SIZE.match(v)
+            if not m:
+                raise ValueError("expected a byte count such as 1048576, 64MB or 1GiB")
+            unit = (m.group(2) or "").lower()
+            if unit in ("", "b"):
+                return int(m.group(1))
+            base = 1024 if "i" in unit else 1000
+            return int(m.group(1)) * base ** ("kmgt".index(unit[0]) + 1)
+        return v
+
+    @field_validator("emulatorHost")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = _HOST_PORT.match(v.strip())
+        if not m or not (0 < int(m.group(2)) < 65536):
+            raise ValueError("expected host:port, e.g. 127.0.0.1:8085")
+        return v.strip()
+
+    @field_validator("projectId")
+    @classmethod
+    def _project(cls, v: str | None) -> str | None:
+        if v is not None and not _PROJECT_ID.match(v):
+            raise ValueError("expected a GCP project id such as my-project")
+        return v
+
+    @field_validator("stateDir")
+    @classmethod
+    def _state_dir(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("expected a directory path")
+        return v
+
+    @field_validator("rowSchema")
+    @classmethod
+    def _row_schema(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            from .ddl import parse_ddl  # the decoder's DDL parser: one grammar for both
+        except ImportError:  # pragma: no cover - decoder not installed yet
+            return v
+        parse_ddl(v)
+        return v
+
+    # ---- cross-field checks -------------------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SourceOptions":
+        if self.credentialsFile is not None and self.credentialsJson is not None:
+            raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
+        paths = self.subscription_paths  # raises on malformed entries
+        topics = self.topic_paths
+        if topics and len(topics) != len(paths):
+            raise ValueError(
+                f"topic names {len(topics)} topic(s) for {len(paths)} subscription(s): give one topic per subscription"
+            )
+        min_deadline = EMULATOR_MIN_ACK_DEADLINE if self.effective_emulator_host else REAL_MIN_ACK_DEADLINE
+        if self.ackDeadlineSeconds < min_deadline:
+            raise ValueError(
+                f"ackDeadlineSeconds={self.ackDeadlineSeconds} is below Pub/Sub's minimum of {min_deadline} s "
+                f"(accepted: {min_deadline}-{MAX_ACK_DEADLINE}; below 10 only against the emulator)"
+            )
+        if self.maxLeaseDurationSeconds < self.ackDeadlineSeconds:
+            raise ValueError(
+                f"maxLeaseDurationSeconds={self.maxLeaseDurationSeconds} must be >= ackDeadlineSeconds={self.ackDeadlineSeconds}"
+            )
+        if self.envelope == "csv" and not self.rowSchema:
+            raise ValueError("envelope=csv needs rowSchema: CSV lines carry no column names")
+        return self
+
+    # ---- derived values -----------------------------------------------------------------------
+
+    @property
+    def effective_emulator_host(self) -> str | None:
+        """``emulatorHost``, else ``PUBSUB_EMULATOR_HOST`` (read when the options are built)."""
+        return self.emulatorHost or os.environ.get("PUBSUB_EMULATOR_HOST") or None
+
+    @property
+    def subscription_paths(self) -> list[str]:
+        """Full ``projects/P/subscriptions/S`` paths, in the order given."""
+        out = []
+        for raw in self.subscription.split(","):
+            item = raw.strip()
+            if not item:
+                raise ValueError("subscription has an empty entry in its comma-separated list")
+            m = _SUBSCRIPTION_PATH.match(item)
+            if m:
+                if not _RESOURCE_ID.match(m.group("sub")):
+                    raise ValueError(f"subscription id {m.group('sub')!r} is not a valid Pub/Sub id")
+                out.append(item)
+                continue
+            if "/" in item:
+                raise ValueError(f"subscription {item!r}: expected projects/P/subscriptions/S or a bare id")
+            if not _RESOURCE_ID.match(item):
+                raise ValueError(
+                    f"subscription id {item!r} is not a valid Pub/Sub id (3-255 characters, starting with a letter)"
+                )
+            if not self.projectId:
+                raise ValueError(f"subscription {item!r} is a bare id: give projectId or the full path projects/P/subscriptions/{item}")
+            out.append(f"projects/{self.projectId}/subscriptions/{item}")
+        if len(set(out)) != len(out):
+            raise ValueError("subscription lists the same subscription twice")
+        return out
+
+    @property
+    def topic_paths(self) -> list[str]:
+        if not self.topic:
+            return []
+        out = []
+        for raw in self.topic.split(","):
+            item = raw.strip()
+            m = _TOPIC_PATH.match(item)
+            if m:
+                out.append(item)
+                continue
+            if "/" in item or not _RESOURCE_ID.match(item):
+                raise ValueError(f"topic {item!r}: expected projects/P/topics/T or a valid topic id")
+            project = self.projectId or _SUBSCRIPTION_PATH.match(self.subscription_paths[0]).group("project")  # type: ignore[union-attr]
+            out.append(f"projects/{project}/topics/{item}")
+        return out
+
+    def decoder_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments ``decode_messages`` takes from these options."""
+        return {
+            "envelope": self.envelope,
+            "mode": self.mode,
+            "row_schema": self.rowSchema,
+            "include_raw": self.includeRaw,
+        }
+
+    def __repr__(self) -> str:  # SecretStr already masks; keep the repr short and explicit
+        shown = {k: v for k, v in self.model_dump().items() if v is not None}
+        for secret in ("credentialsFile", "credentialsJson"):
+            if secret in shown:
+                shown[secret] = "**********"
+        return f"SourceOptions({shown})"
+
+    __str__ = __repr__
+
+
+_CANONICAL = {name.lower(): name for name in SourceOptions.model_fields}
+
+
+def _accepted(name: str) -> str:
+    field = SourceOptions.model_fields[name]
+    if name == "envelope":
+        return "one of " + ", ".join(ENVELOPES)
+    if name == "mode":
+        return "one of " + ", ".join(MODES)
+    if field.annotation in (bool, bool | None):
+        return "true or false"
+    lo = hi = None
+    for meta in field.metadata:
+        lo = getattr(meta, "ge", lo)
+        hi = getattr(meta, "le", hi)
+    if lo is not None or hi is not None:
+        extra = ""
+        if name == "ackDeadlineSeconds":
+            extra = " (10-600 against the real service; 1-600 against the emulator)"
+        if name.endswith("Bytes") or name.endswith("BytesPerTrigger"):
+            extra = " bytes; suffixes such as 64MB or 1GiB are accepted"
+        return f"an integer from {lo} to {hi}{extra}"
+    return "see the README's option table"
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Validate Spark's option map and return :class:`SourceOptions`.
+
+    Keys are matched case-insensitively. Raises :class:`OptionError` naming the option, the bad
+    value (never for credentials) and what is accepted, with a close-match suggestion for unknown
+    keys.
+    """
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items():
+        if key.lower() == "path":
+            # ``load("sub")`` passes the subscription as Spark's path option.
+            key = "subscription"
+        canonical = _CANONICAL.get(key.lower())
+        if canonical is None:
+            close = difflib.get_close_matches(key.lower(), list(_CANONICAL), n=1, cutoff=0.6)
+            hint = f" Did you mean '{_CANONICAL[close[0]]}'?" if close else ""
+            problems.append(f"unknown option '{key}'.{hint} Known options: {', '.join(sorted(_CANONICAL.values()))}")
+            continue
+        if canonical in values:
+            problems.append(f"option '{canonical}' is given twice (as '{key}' and another spelling)")
+            continue
+        if isinstance(value, str) and canonical not in ("credentialsJson",) and _CONTROL.search(value):
+            problems.append(f"option '{canonical}' contains control characters")
+            continue
+        values[canonical] = value
+    if problems:
+        raise OptionError("crdb_pubsub: " + "; ".join(problems))
+    if "subscription" not in values:
+        raise OptionError(
+            "crdb_pubsub: option 'subscription' is required: projects/P/subscriptions/S, "
+            "or an id with option 'projectId' (a comma-separated list reads several)"
+        )
+    try:
+        return SourceOptions(**values)
+    except ValidationError as exc:
+        raise OptionError("crdb_pubsub: " + "; ".join(_describe(err, values) for err in exc.errors())) from None
+
+
+def _describe(err: Mapping[str, Any], values: Mapping[str, Any]) -> str:
+    loc = err.get("loc") or ()
+    msg = str(err.get("msg", "invalid value"))
+    msg = msg.removeprefix("Value error, ")
+    if not loc:
+        return msg
+    name = str(loc[0])
+    if name in ("credentialsFile", "credentialsJson"):
+        return f"option '{name}': {msg} (value not shown)"
+    shown = values.get(name)
+    return f"option '{name}'={shown!r} is not accepted: {msg}; accepted: {_accepted(name)}"
