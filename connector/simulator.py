@@ -1115,34 +1115,30 @@ def _publish_plan(publisher: Any, project: str, plan: list[SimMessage], rate: fl
 
 def make_publisher(host_port: str, *, ordering: bool = False, max_messages: int = 1000,
                    max_bytes: int = 4 * 1024 * 1024, max_latency: float = 0.02) -> Any:
-    """A ``PublisherClient`` talking to a Pub/Sub emulator at ``host_port`` over plain gRPC.
+    """A ``PublisherClient`` for the Pub/Sub emulator at ``host_port``, tuned for throughput.
 
-    Anonymous credentials and an insecure channel; ``PUBSUB_EMULATOR_HOST`` is neither read nor
-    set (other threads may rely on it). Batches of up to ``max_messages``/``max_bytes`` or
-    ``max_latency`` seconds suit throughput; ``ordering`` enables ordering keys (legacy sink).
+    Built by :func:`crdb_pubsub.emulator.publisher_client` (insecure channel, anonymous
+    credentials; ``PUBSUB_EMULATOR_HOST`` is neither read nor set). Batches hold up to
+    ``max_messages``/``max_bytes`` or wait ``max_latency`` seconds; ``ordering`` enables ordering
+    keys, which ``legacy_wrapper`` needs. Call ``stop()`` then ``transport.close()`` when done.
     """
-    import grpc
     from google.cloud import pubsub_v1
-    from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
-    transport = PublisherGrpcTransport(host=host_port, channel=grpc.insecure_channel(host_port))
-    return pubsub_v1.PublisherClient(
+    from crdb_pubsub.emulator import publisher_client
+
+    return publisher_client(
+        host_port,
+        publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=ordering),
         batch_settings=pubsub_v1.types.BatchSettings(max_bytes=max_bytes, max_latency=max_latency,
                                                      max_messages=max_messages),
-        publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=ordering),
-        transport=transport,
-        client_options={"api_endpoint": host_port},
     )
 
 
 def make_subscriber(host_port: str) -> Any:
-    """A ``SubscriberClient`` for the emulator at ``host_port`` (insecure channel, no env var)."""
-    import grpc
-    from google.cloud import pubsub_v1
-    from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+    """A ``SubscriberClient`` for the emulator at ``host_port`` (see :func:`make_publisher`)."""
+    from crdb_pubsub.emulator import subscriber_client
 
-    transport = SubscriberGrpcTransport(host=host_port, channel=grpc.insecure_channel(host_port))
-    return pubsub_v1.SubscriberClient(transport=transport, client_options={"api_endpoint": host_port})
+    return subscriber_client(host_port)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1218,6 +1214,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.error(str(exc))
     finally:
         publisher.stop()
+        publisher.transport.close()
     print(json.dumps({
         "topics": sim.topics(),
         "published": report.published,
