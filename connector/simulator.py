@@ -437,10 +437,15 @@ class _Generator:
         return self._change_some(row, fields)
 
     def _change_some(self, row: dict[str, Any], fields: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-        new = dict(row)
-        for name in self.rng.sample(sorted(fields), self.rng.randint(1, 2)):
-            new[name] = fields[name]()
-        return new
+        # Redraw until something really changes: every update then yields at least one message
+        # (an unchanged column family emits nothing, so a no-op update would vanish).
+        for _ in range(20):
+            new = dict(row)
+            for name in self.rng.sample(sorted(fields), self.rng.randint(1, 2)):
+                new[name] = fields[name]()
+            if new != row:
+                return new
+        raise AssertionError("could not draw a changed row")  # pragma: no cover
 
 
 def _format_timestamp(ts: _dt.datetime, tz: bool) -> str:

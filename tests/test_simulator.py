@@ -608,3 +608,10 @@ def _pull_all(subscriber: Any, subscription: str, expected: int, deadline_s: flo
             out.append((rm.message.data, dict(rm.message.attributes)))
         subscriber.acknowledge(subscription=subscription, ack_ids=[rm.ack_id for rm in resp.received_messages])
     return out
+
+
+def test_every_change_yields_a_message() -> None:
+    sim = ChangefeedSimulator(seed=22, mix=(1, 3, 1))
+    msgs = list(sim.events(2000))
+    assert len(msgs) == 2000
+    assert sum(s["row_messages"] for s in sim.stats().values()) == 2000
