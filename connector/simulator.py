@@ -713,7 +713,6 @@ class ChangefeedSimulator:
         self._stats = {t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0}
                        for t in self.options.tables}
         self._changes_since_resolved = 0
-        self._last_resolved: HLC | None = None
 
     # ---- topics
     def _base_topic(self, table: str) -> str:
@@ -919,7 +918,6 @@ class ChangefeedSimulator:
         return body.encode("utf-8"), ""
 
     def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
-        self._last_resolved = hlc
         if self.options.envelope == "bare":
             data = ('{"__crdb__":{"resolved":"%s"}}' % hlc).encode()
         else:

@@ -436,7 +436,7 @@ def test_legacy_wrapper() -> None:
         text = m.data.decode()
         assert text.startswith('{"key":[') and ',"value":{"after":' in text
         assert text.endswith(',"topic":"%s"}' % m.topic)
-        assert ", " not in m.key or m.table == "vehicles"
+        assert text.startswith('{"key":' + m.key.replace(", ", ",") + ',"value":')
         assert m.ordering_key == m.key and m.key == crdb_json(json.loads(m.key))
         assert "<" not in text and ">" not in text and "&" not in text  # Go's json.Marshal escapes them
         assert _loads(text)["key"] == json.loads(m.key)
@@ -526,8 +526,8 @@ def test_publish_shuffles_and_duplicates_deterministically() -> None:
     sent = [d for _, d, _ in pub.sent]
     assert report.published == len(sent) == len(reference) + report.duplicates
     assert report.duplicates == round(0.1 * len(reference))
-    assert collections.Counter(sent) - collections.Counter(reference) == collections.Counter(
-        {d: c for d, c in (collections.Counter(sent) - collections.Counter(reference)).items()})
+    extra = collections.Counter(sent) - collections.Counter(reference)
+    assert sum(extra.values()) == report.duplicates  # duplicates are byte-identical copies
     assert set(sent) == set(reference) and sent != reference
     assert report.row_messages + report.resolved_messages == len(reference)
     assert sum(report.per_topic.values()) == report.published
