@@ -202,10 +202,11 @@ class Receiver:
         self._stop.set()
         with self._changed:
             self._changed.notify_all()
-        if nack:
-            self.nack_all()
+        # Join first: a Pull in flight may still deliver messages, which must be handed back too.
         for t in self._threads:
             t.join(timeout=PULL_TIMEOUT_SECONDS + 1)
+        if nack:
+            self.nack_all()
 
     def _check_subscription(self, sub: str, topic: str | None) -> int:
         from google.api_core import exceptions as gexc

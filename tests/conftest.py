@@ -1,0 +1,110 @@
+"""Shared fixtures: one emulator and one SparkSession per test session, fresh topics per test.
+
+The emulator is the real one (``crdb_pubsub.emulator``); without it integration tests skip with a
+reason, except under ``CRDB_PUBSUB_REQUIRE_EMULATOR=1`` (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import uuid
+from typing import Callable, Iterator
+
+import pytest
+
+PROJECT = "test-project"
+
+# Spark's Python workers run `python3` from PATH unless told otherwise: point them at this venv.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def emulator_host() -> Iterator[str]:
+    from crdb_pubsub.emulator import start_emulator_or_skip
+
+    emu = start_emulator_or_skip(project=PROJECT)
+    try:
+        yield emu.host_port
+    finally:
+        emu.stop()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def make_subscription(emulator_host: str) -> Callable[..., tuple[str, str]]:
+    """``make_subscription(ack_deadline_seconds=10) -> (topic_path, subscription_path)``, unique per call."""
+    from crdb_pubsub.emulator import create_topic_and_subscription
+
+    def make(ack_deadline_seconds: int = 10, *, name: str | None = None) -> tuple[str, str]:
+        stem = name or f"t{next(_counter)}-{uuid.uuid4().hex[:8]}"
+        return create_topic_and_subscription(
+            emulator_host, PROJECT, f"topic-{stem}", f"sub-{stem}", ack_deadline_seconds=ack_deadline_seconds
+        )
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole run (start-up costs ~12 s)."""
+    from pyspark.sql import SparkSession
+
+    import crdb_pubsub
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("crdb-pubsub-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    crdb_pubsub.register(session)
+    yield session
+    session.stop()
+
+
+def publish_bodies(host_port: str, topic: str, bodies: list[bytes], *, attributes: dict | None = None) -> list[str]:
+    """Publish ``bodies`` to ``topic`` on the emulator; return their message ids in order."""
+    from google.cloud.pubsub_v1.types import BatchSettings
+
+    from crdb_pubsub.emulator import publisher_client
+
+    publisher = publisher_client(host_port, batch_settings=BatchSettings(max_messages=500, max_latency=0.01))
+    try:
+        futures = [publisher.publish(topic, b, **(attributes or {})) for b in bodies]
+        return [f.result(timeout=60) for f in futures]
+    finally:
+        publisher.stop()
+        publisher.transport.close()
+
+
+@pytest.fixture
+def publish(emulator_host: str) -> Callable[..., list[str]]:
+    def _publish(topic: str, bodies: list[bytes], **kw) -> list[str]:
+        return publish_bodies(emulator_host, topic, bodies, **kw)
+
+    return _publish
+
+
+def pull_ids(host_port: str, subscription: str, *, timeout: float = 2.0, max_messages: int = 1000) -> list[str]:
+    """Message ids a fresh consumer can pull right now (they are left unacknowledged)."""
+    from google.api_core import exceptions as gexc
+
+    from crdb_pubsub.emulator import subscriber_client
+
+    sub = subscriber_client(host_port)
+    try:
+        resp = sub.pull(request={"subscription": subscription, "max_messages": max_messages}, timeout=timeout, retry=None)
+        return [rm.message.message_id for rm in resp.received_messages]
+    except gexc.DeadlineExceeded:
+        return []
+    finally:
+        sub.close()

@@ -1,0 +1,135 @@
+"""The receiver against the real emulator: leases, flow control, dedupe, ack only on request."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import pull_ids
+from crdb_pubsub.planner import Planner
+from crdb_pubsub.options import parse_options
+from crdb_pubsub.pubsub import chunk_ack_ids, subscriber_client
+from crdb_pubsub.receiver import Receiver, ReceiverError
+
+pytestmark = pytest.mark.integration
+
+
+def _receiver(host: str, sub: str, **kw) -> Receiver:
+    args = dict(lease_seconds=10, max_lease_seconds=3600, max_messages=50_000, max_bytes=1 << 30)
+    args.update(kw)
+    return Receiver(subscriber_client(host), [sub], endpoint_description=f"the emulator at {host}", **args)
+
+
+def _take_all(r: Receiver, n: int, timeout: float = 30.0) -> list:
+    got: list = []
+    end = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        got += r.take()
+        time.sleep(0.05)
+    return got
+
+
+def test_leases_outlive_a_short_subscription_deadline(emulator_host, make_subscription, publish):
+    topic, sub = make_subscription(ack_deadline_seconds=2)
+    ids = publish(topic, [f"m{i}".encode() for i in range(300)])
+    r = _receiver(emulator_host, sub, lease_seconds=3)
+    r.start()
+    try:
+        held = _take_all(r, 300)
+        assert sorted(m.message_id for m in held) == sorted(ids)
+        time.sleep(8)  # 4x the subscription's deadline, ~3 lease periods
+        snap = r.snapshot()
+        assert snap["redeliveredWhileHeld"] == 0, snap
+        assert snap["leasesExtended"] >= 300
+        assert pull_ids(emulator_host, sub, timeout=1.0) == []  # nobody else can see them
+        r.ack(held)
+        assert r.snapshot()["acknowledged"] == 300
+    finally:
+        r.stop(nack=False)
+    time.sleep(3.5)
+    assert pull_ids(emulator_host, sub, timeout=1.0) == []  # acked for good
+
+
+def test_flow_control_bounds_what_is_held(emulator_host, make_subscription, publish):
+    topic, sub = make_subscription(ack_deadline_seconds=10)
+    publish(topic, [b"x" * 100] * 1200)
+    r = _receiver(emulator_host, sub, max_messages=250)
+    r.start()
+    try:
+        time.sleep(2.5)
+        assert r.held_count == 250
+        first = r.take()
+        assert len(first) == 250
+        time.sleep(1.0)
+        assert r.held_count == 250  # taken but unacknowledged messages still count
+        r.ack(first)
+        got = _take_all(r, 250, timeout=10)
+        assert len(got) == 250 and r.held_count <= 250
+        r.ack(got)
+    finally:
+        r.stop(nack=True)
+
+
+def test_nothing_is_acknowledged_without_ack(emulator_host, make_subscription, publish):
+    topic, sub = make_subscription(ack_deadline_seconds=2)
+    ids = publish(topic, [b"a", b"b", b"c"])
+    r = _receiver(emulator_host, sub)
+    r.start()
+    held = _take_all(r, 3)
+    assert len(held) == 3
+    r.stop(nack=True)  # hand them back: a new consumer sees all of them at once
+    assert sorted(pull_ids(emulator_host, sub, timeout=3.0)) == sorted(ids)
+
+
+def test_redelivery_of_acknowledged_message_is_dropped(emulator_host, make_subscription, publish):
+    topic, sub = make_subscription(ack_deadline_seconds=10)
+    (mid,) = publish(topic, [b"once"])
+    r = _receiver(emulator_host, sub)
+    r.remember_acknowledged([(sub, mid)])  # as if a previous process had committed it
+    r.start()
+    try:
+        time.sleep(2.0)
+        assert r.take() == []
+        assert r.snapshot()["redeliveriesDropped"] == 1
+    finally:
+        r.stop(nack=False)
+    assert pull_ids(emulator_host, sub, timeout=1.0) == []  # and it was acknowledged
+
+
+def test_missing_subscription_and_unreachable_emulator_fail_fast(emulator_host):
+    r = _receiver(emulator_host, "projects/test-project/subscriptions/does-not-exist")
+    with pytest.raises(ReceiverError, match="does not exist"):
+        r.start()
+    t0 = time.monotonic()
+    dead = _receiver("127.0.0.1:9", "projects/test-project/subscriptions/whatever")
+    with pytest.raises(ReceiverError, match="cannot reach Pub/Sub"):
+        dead.start()
+    assert time.monotonic() - t0 < 40
+
+
+def test_topic_option_creates_the_subscription(emulator_host, make_subscription, publish):
+    topic, _ = make_subscription()
+    opts = parse_options(
+        {"subscription": "projects/test-project/subscriptions/created-by-source", "topic": topic, "emulatorHost": emulator_host}
+    )
+    planner = Planner(opts)
+    try:
+        planner.ensure_started()
+        ids = publish(topic, [b"hello"])
+        deadline = time.monotonic() + 10
+        offset = {"batch": 0}
+        while offset == {"batch": 0} and time.monotonic() < deadline:
+            offset = planner.latest({"batch": 0}, None, None)
+            time.sleep(0.1)
+        assert offset == {"batch": 1}
+        assert [m.message_id for m in planner.messages_for({"batch": 0}, offset)] == ids
+    finally:
+        planner.stop()
+
+
+def test_ack_requests_are_split_below_the_size_limit():
+    ids = ["x" * 200] * 5000
+    chunks = list(chunk_ack_ids(ids))
+    assert sum(len(c) for c in chunks) == 5000
+    assert all(len(c) <= 2500 and sum(map(len, c)) <= 400_000 for c in chunks)
