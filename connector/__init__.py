@@ -11,8 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from ._version import __version__
+from .decoding import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 
-__all__ = ["__version__", "register"]
+__all__ = [
+    "__version__",
+    "register",
+    "decode_messages",
+    "schema_from_enriched",
+    "DecodeStats",
+    "MalformedMessageError",
+]
 
 
 def register(spark: Any) -> None:

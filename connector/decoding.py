@@ -1,0 +1,739 @@
+"""``decode_messages``: Pub/Sub message bodies in, one Arrow record batch of change rows out.
+
+This is the single decoder: the streaming source calls it on executors with the message columns it
+shipped there, and users can call it on bodies they fetched themselves.
+
+Two paths, one result:
+
+* a **fast path** for the canonical bytes of CockroachDB's Pub/Sub v2 sink with the wrapped envelope
+  (``{"Key":[...],"Value":{"after": {...}, "updated": "..."},"Topic":"t"}``). Each body is decoded
+  by msgspec into a Struct whose sub-objects stay ``msgspec.Raw``; the layout is then proven with
+  arithmetic on whole columns (body length == sum of the parts + fixed punctuation, which also rules
+  out duplicate or unknown keys and any whitespace variation), and the Arrow columns are built in
+  bulk from the raw bytes. Anything the fast path cannot prove goes, message by message, to
+* the **general path** (:mod:`crdb_pubsub.envelopes`), which handles every envelope and every
+  oddity and produces malformed rows with a reason.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import itertools
+from typing import Any, Iterable, Mapping, Sequence
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from msgspec import UNSET, Raw, UnsetType
+
+from .envelopes import ENVELOPE_CHOICES, Bad, Context, Row, decode_body, table_from_topic
+from .schema import COLUMN_NAMES, arrow_schema
+
+__all__ = ["DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched", "MODES", "ENVELOPES"]
+
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+ENVELOPES = ENVELOPE_CHOICES
+
+
+class DecodeStats:
+    """Counters that :func:`decode_messages` adds to (pass the same object to many calls).
+
+    ``messages``: bodies seen; ``rows``: rows returned; ``malformed``: messages that could not be
+    decoded (in every mode); ``dropped``: malformed messages left out (DROPMALFORMED).
+    """
+
+    __slots__ = ("messages", "rows", "malformed", "dropped")
+
+    def __init__(self, messages: int = 0, rows: int = 0, malformed: int = 0, dropped: int = 0) -> None:
+        self.messages = messages
+        self.rows = rows
+        self.malformed = malformed
+        self.dropped = dropped
+
+    def __repr__(self) -> str:
+        return (
+            f"DecodeStats(messages={self.messages}, rows={self.rows}, "
+            f"malformed={self.malformed}, dropped={self.dropped})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DecodeStats):
+            return NotImplemented
+        return (self.messages, self.rows, self.malformed, self.dropped) == (
+            other.messages, other.rows, other.malformed, other.dropped,
+        )  # fmt: skip
+
+
+class MalformedMessageError(ValueError):
+    """Raised in FAILFAST mode for the first message that cannot be decoded.
+
+    ``message_id`` (None when no ids were given), ``index`` (position in ``bodies``) and ``reason``.
+    """
+
+    def __init__(self, message_id: str | None, index: int, reason: str) -> None:
+        self.message_id = message_id
+        self.index = index
+        self.reason = reason
+        where = f"message {message_id!r} (index {index})" if message_id is not None else f"message at index {index}"
+        super().__init__(f"malformed {where}: {reason}")
+
+
+# -- argument handling -----------------------------------------------------------------------------
+
+
+def _choice(name: str, value: Any, accepted: Sequence[str], upper: bool) -> str:
+    if isinstance(value, str):
+        norm = value.upper() if upper else value.lower()
+        if norm in accepted:
+            return norm
+    raise ValueError(f"{name}={value!r} is not valid; accepted values: {', '.join(accepted)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_bundle(key: str | None, row_schema_json: str | None) -> tuple[Any, pa.Schema]:
+    """(StructType or None, Arrow schema) for a row schema, cached because pyspark's conversion is slow."""
+    if key is None:
+        return None, arrow_schema(None)
+    from pyspark.sql.types import StructType
+
+    from .ddl import parse_ddl
+
+    struct = StructType.fromJson(msgspec.json.decode(row_schema_json)) if row_schema_json else parse_ddl(key)
+    return struct, arrow_schema(struct)
+
+
+def _resolve_schema(row_schema: Any) -> tuple[Any, pa.Schema]:
+    if row_schema is None:
+        return _schema_bundle(None, None)
+    if isinstance(row_schema, str):
+        return _schema_bundle(row_schema, None)
+    from pyspark.sql.types import StructType
+
+    if isinstance(row_schema, StructType):
+        text = row_schema.json()
+        return _schema_bundle("json:" + text, text)
+    raise TypeError(f"row_schema must be a DDL string or a pyspark StructType, got {type(row_schema).__name__}")
+
+
+@functools.lru_cache(maxsize=64)
+def _converters(struct_json: str) -> tuple[Any, Any]:
+    from pyspark.sql.types import StructType
+
+    from .typed import csv_row_converter, json_row_converter
+
+    struct = StructType.fromJson(msgspec.json.decode(struct_json))
+    try:
+        csv_conv = csv_row_converter(struct)
+    except TypeError:
+        csv_conv = None
+    return json_row_converter(struct), csv_conv
+
+
+def _as_list(name: str, values: Any, n: int) -> list | None:
+    if values is None:
+        return None
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_pylist()
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries but bodies has {n}; they must align")
+    return values
+
+
+def _bodies_list(bodies: Any) -> list[bytes]:
+    if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
+        bodies = bodies.to_pylist()
+    out = bodies if isinstance(bodies, list) else list(bodies)
+    if all(type(b) is bytes for b in out):
+        return out
+    fixed = []
+    for i, b in enumerate(out):
+        if type(b) is bytes:
+            fixed.append(b)
+        elif b is None:
+            fixed.append(b"")
+        elif isinstance(b, (bytearray, memoryview)):
+            fixed.append(bytes(b))
+        else:
+            raise TypeError(f"bodies[{i}] must be bytes, got {type(b).__name__}")
+    return fixed
+
+
+# -- bulk Arrow helpers ----------------------------------------------------------------------------
+
+_OFFSET_LIMIT = 2**31 - 1
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _raw_column(raws: list, valid: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """A string array whose values are the given byte strings, built without per-item Python work.
+
+    Returns the array, the offsets and the data bytes as a uint8 view (for first-byte checks).
+    Null slots (``valid`` False) keep their bytes in the data buffer, which Arrow allows.
+    """
+    n = len(raws)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, raws), dtype=np.int64, count=n), out=offsets[1:])
+    if offsets[-1] > _OFFSET_LIMIT:
+        raise _TooLarge("a string column of this batch exceeds 2 GiB; decode fewer messages per call")
+    data = b"".join(raws)
+    bitmap = None
+    null_count = 0
+    if valid is not None:
+        null_count = int(n - np.count_nonzero(valid))
+        if null_count:
+            bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    arr = pa.StringArray.from_buffers(
+        n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data), bitmap, null_count if bitmap else 0
+    )
+    return arr, offsets, np.frombuffer(data, dtype=np.uint8)
+
+
+def _const(value: str, n: int) -> pa.Array:
+    width = len(value.encode())
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(value.encode() * n))
+
+
+def _first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    starts = offsets[:-1]
+    out = np.zeros(len(starts), dtype=np.uint8)
+    nonempty = offsets[1:] > starts
+    out[nonempty] = data[starts[nonempty]]
+    return out
+
+
+def _utf8_bad(arr: pa.Array, raws: list) -> np.ndarray | None:
+    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure."""
+    try:
+        arr.validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        bad = np.zeros(len(raws), dtype=bool)
+        for i, raw in enumerate(raws):
+            try:
+                bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                bad[i] = True
+        return bad
+
+
+_HLC_FAST = r"^(?:[0-9]{1,18}|[1-8][0-9]{18})\.[0-9]{10}$"
+
+
+def _hlc_micros(arr: pa.Array) -> pa.Array:
+    """commit time (timestamp[us, UTC]) from an array of validated HLC strings, vectorised."""
+    wall = pc.cast(pc.utf8_slice_codeunits(arr, 0, -11), pa.int64())
+    return pc.cast(pc.divide(wall, 1000), pa.timestamp("us", tz="UTC"))
+
+
+# -- the fast path ---------------------------------------------------------------------------------
+
+
+class _FValue(msgspec.Struct, forbid_unknown_fields=True):
+    after: Raw
+    before: Raw | UnsetType = UNSET
+    mvcc_timestamp: str | UnsetType = UNSET
+    updated: str | UnsetType = UNSET
+
+
+class _FWrap(msgspec.Struct, forbid_unknown_fields=True):
+    Key: Raw
+    Value: _FValue
+    Topic: str
+
+
+_FAST_DECODE = msgspec.json.Decoder(_FWrap).decode
+# Punctuation of the canonical layout: the sink's compact wrapper around the encoder's ", "/": ".
+_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":"') + len(b'"}')
+_VALUE_FIXED = len(b'{"after": ') + len(b"}")
+_OPTIONAL_FIXED = {
+    "before": len(b', "before": '),
+    "mvcc_timestamp": len(b', "mvcc_timestamp": "') + 1,
+    "updated": len(b', "updated": "') + 1,
+}
+_OBJ_START, _ARR_START, _NULL_START = ord("{"), ord("["), ord("n")
+
+
+def _try_fast(body: bytes) -> _FWrap | None:
+    try:
+        return _FAST_DECODE(body)
+    except Exception:  # anything unusual is the general path's business
+        return None
+
+
+def _optional_lengths(values: list, fixed: int) -> tuple[np.ndarray | int, np.ndarray | None]:
+    """(length contribution, presence mask or None when all present/all absent) of an optional field."""
+    n = len(values)
+    absent = values.count(UNSET)
+    if absent == n:
+        return 0, np.zeros(n, dtype=bool)
+    if absent == 0:
+        return np.fromiter(map(len, values), dtype=np.int64, count=n) + fixed, None
+    present = np.fromiter((v is not UNSET for v in values), dtype=bool, count=n)
+    lengths = np.fromiter((len(v) + fixed if v is not UNSET else 0 for v in values), dtype=np.int64, count=n)
+    return lengths, present
+
+
+def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
+    n = len(bodies)
+    try:
+        parsed = [_FAST_DECODE(b) for b in bodies]
+        idx = np.arange(n)
+    except Exception:
+        parsed = [_try_fast(b) for b in bodies]
+        keep = [p is not None for p in parsed]
+        idx = np.flatnonzero(np.array(keep, dtype=bool))
+        parsed = list(itertools.compress(parsed, keep))
+        bodies = list(itertools.compress(bodies, keep))
+    if not parsed:
+        return idx, {}
+
+    values = [w.Value for w in parsed]
+    cols: dict[str, list] = {
+        "key": [w.Key for w in parsed],
+        "topic": [w.Topic for w in parsed],
+        "after": [v.after for v in values],
+        "before": [v.before for v in values],
+        "mvcc_timestamp": [v.mvcc_timestamp for v in values],
+        "updated": [v.updated for v in values],
+    }
+    del values, parsed
+    m = len(idx)
+    expected = np.full(m, _WRAP_FIXED + _VALUE_FIXED, dtype=np.int64)
+    for name in ("key", "topic", "after"):
+        expected += np.fromiter(map(len, cols[name]), dtype=np.int64, count=m)
+    for name, fixed in _OPTIONAL_FIXED.items():
+        expected += _optional_lengths(cols[name], fixed)[0]
+    good = np.fromiter(map(len, bodies), dtype=np.int64, count=m) == expected
+
+    while True:
+        if not good.all():
+            keep_list = good.tolist()
+            idx = idx[good]
+            cols = {k: list(itertools.compress(v, keep_list)) for k, v in cols.items()}
+            m = len(idx)
+        if m == 0:
+            return idx, {}
+        bad = np.zeros(m, dtype=bool)
+        key_arr, key_off, key_data = _raw_column(cols["key"])
+        bad |= _first_bytes(key_off, key_data) != _ARR_START
+        after_arr, after_off, after_data = _raw_column(cols["after"])
+        after_first = _first_bytes(after_off, after_data)
+        after_null = after_first == _NULL_START
+        bad |= ~((after_first == _OBJ_START) | after_null)
+        for raws, arr in ((cols["key"], key_arr), (cols["after"], after_arr)):
+            utf8 = _utf8_bad(arr, raws)
+            if utf8 is not None:
+                bad |= utf8
+        _, before_present = _optional_lengths(cols["before"], 0)
+        before_all = before_present is None
+        if before_all or before_present.any():
+            raws = [b if b is not UNSET else b"null" for b in cols["before"]] if not before_all else cols["before"]
+            before_arr, before_off, before_data = _raw_column(raws)
+            before_first = _first_bytes(before_off, before_data)
+            before_null = before_first == _NULL_START
+            bad |= ~((before_first == _OBJ_START) | before_null)
+            utf8 = _utf8_bad(before_arr, raws)
+            if utf8 is not None:
+                bad |= utf8
+            if not before_all:
+                before_null |= ~before_present
+            before_arr = pa.StringArray.from_buffers(
+                m, before_arr.buffers()[1], before_arr.buffers()[2],
+                pa.py_buffer(np.packbits(~before_null, bitorder="little")),
+            )  # fmt: skip
+            had_before = np.ones(m, dtype=bool) if before_all else before_present
+        else:
+            before_null = np.ones(m, dtype=bool)
+            before_arr = pa.nulls(m, pa.string())
+            had_before = np.zeros(m, dtype=bool)
+        hlc: dict[str, pa.Array] = {}
+        for name in ("updated", "mvcc_timestamp"):
+            vals = cols[name]
+            absent = vals.count(UNSET)
+            if absent == m:
+                hlc[name] = pa.nulls(m, pa.string())
+                continue
+            arr = pa.array(vals if absent == 0 else [None if v is UNSET else v for v in vals], pa.string())
+            ok = pc.fill_null(pc.match_substring_regex(arr, _HLC_FAST), True)
+            bad |= ~ok.to_numpy(zero_copy_only=False)
+            hlc[name] = arr
+        if not bad.any():
+            break
+        good = ~bad
+
+    # op: after null -> d; with before: before null -> c else u; an upsert without before -> u.
+    op_code = np.where(after_null, 2, np.where(had_before & before_null, 0, 1)).astype(np.int8)
+    op = pa.array(["c", "u", "d"], pa.string()).take(pa.array(op_code))
+    after_arr = pa.StringArray.from_buffers(
+        m, after_arr.buffers()[1], after_arr.buffers()[2], pa.py_buffer(np.packbits(~after_null, bitorder="little"))
+    )
+    topic = pa.array(cols["topic"], pa.string())
+    encoded = pc.dictionary_encode(topic)
+    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
+    table_name = tables.take(encoded.indices)
+    commit = _hlc_micros(pc.fill_null(hlc["updated"], "0.0000000000"))
+    commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
+    if hlc["mvcc_timestamp"].null_count < m:
+        mvcc_commit = _hlc_micros(pc.fill_null(hlc["mvcc_timestamp"], "0.0000000000"))
+        mvcc_commit = pc.if_else(pc.is_null(hlc["mvcc_timestamp"]), pa.scalar(None, commit.type), mvcc_commit)
+        commit = pc.coalesce(commit, mvcc_commit)
+    out = {
+        "kind": _const("row", m),
+        "envelope": _const("wrapped", m),
+        "topic": topic,
+        "table_name": table_name,
+        "key": key_arr,
+        "op": op,
+        "before": before_arr,
+        "after": after_arr,
+        "updated": hlc["updated"],
+        "mvcc_timestamp": hlc["mvcc_timestamp"],
+        "commit_time": commit,
+    }
+    return idx, out
+
+
+# -- the general path ------------------------------------------------------------------------------
+
+
+def _rows_columns(rows: list[Row], schema: pa.Schema, typed: bool) -> dict[str, pa.Array]:
+    def strings(attr: str) -> pa.Array:
+        return pa.array([getattr(r, attr) for r in rows], pa.string())
+
+    out = {name: strings(name) for name in ("kind", "envelope", "topic", "table_name", "key", "op", "updated",
+                                            "mvcc_timestamp", "resolved", "source")}  # fmt: skip
+    for name in ("before", "after"):
+        values = [getattr(r, name) for r in rows]
+        if typed:
+            out[name] = pa.array(values, schema.field(name).type)
+        else:
+            out[name] = pa.array(values, pa.binary()).cast(pa.string())
+    out["commit_time"] = pa.array([r.commit_us for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    return out
+
+
+def _typed_bad(rows: list[Row], schema: pa.Schema) -> bool:
+    """Whether the typed before/after values of these rows convert to Arrow."""
+    try:
+        for name in ("before", "after"):
+            pa.array([getattr(r, name) for r in rows], schema.field(name).type)
+        return False
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        return str(exc) or type(exc).__name__  # type: ignore[return-value]
+
+
+# -- metadata columns ------------------------------------------------------------------------------
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _micros(value: Any, i: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"publish_times[{i}] must be a datetime or int microseconds, got bool")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)  # naive: taken as UTC
+        delta = value - _EPOCH
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    raise TypeError(f"publish_times[{i}] must be a datetime or int microseconds, got {type(value).__name__}")
+
+
+def _metadata(n: int, message_ids: list | None, publish_times: list | None, attributes: list | None,
+              ordering_keys: list | None) -> dict[str, pa.Array]:  # fmt: skip
+    ts_type = pa.timestamp("us", tz="UTC")
+    map_type = pa.map_(pa.string(), pa.string())
+    out: dict[str, pa.Array] = {}
+    out["message_id"] = pa.nulls(n, pa.string()) if message_ids is None else pa.array(message_ids, pa.string())
+    if publish_times is None:
+        out["publish_time"] = pa.nulls(n, ts_type)
+    else:
+        out["publish_time"] = pa.array([_micros(v, i) for i, v in enumerate(publish_times)], pa.int64()).cast(ts_type)
+    if attributes is None:
+        out["attributes"] = pa.nulls(n, map_type)
+    elif not any(attributes):
+        # CockroachDB sets no attributes by default: build the empty maps without per-item work.
+        valid = np.fromiter((a is not None for a in attributes), dtype=bool, count=n)
+        out["attributes"] = pa.MapArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()), pa.array([], pa.string()),
+            mask=pa.array(~valid),
+        )  # fmt: skip
+    else:
+        out["attributes"] = pa.array([None if a is None else list(a.items()) for a in attributes], map_type)
+    if ordering_keys is None:
+        out["ordering_key"] = pa.nulls(n, pa.string())
+    else:
+        arr = pa.array(ordering_keys, pa.string())
+        out["ordering_key"] = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+    return out
+
+
+# -- the public function ---------------------------------------------------------------------------
+
+
+def decode_messages(
+    bodies: Sequence[bytes],
+    *,
+    envelope: str = "auto",
+    mode: str = "PERMISSIVE",
+    row_schema: Any = None,
+    include_raw: bool = False,
+    message_ids: Sequence[str] | None = None,
+    publish_times: Sequence[_dt.datetime | int | None] | None = None,
+    attributes: Sequence[Mapping[str, str] | None] | None = None,
+    ordering_keys: Sequence[str] | None = None,
+    stats: DecodeStats | None = None,
+) -> pa.RecordBatch:
+    """Decode Pub/Sub message bodies of CockroachDB (or Debezium) changefeeds into change rows.
+
+    Parameters
+    ----------
+    bodies : sequence of bytes
+        Pub/Sub message data (a pyarrow binary array works too). ``None`` counts as an empty body.
+    envelope : str
+        ``"auto"`` (default) detects each message's envelope; ``wrapped``, ``bare``, ``key_only``,
+        ``row``, ``enriched``, ``webhook``, ``debezium`` force one (messages of another shape become
+        malformed); ``csv`` reads ``format=csv`` bodies and needs ``row_schema``.
+    mode : str
+        ``PERMISSIVE`` (default): bad messages become ``kind="malformed"`` rows with ``error`` and
+        ``data``. ``DROPMALFORMED``: they are left out and counted in ``stats.dropped``.
+        ``FAILFAST``: the first one raises :class:`MalformedMessageError`.
+    row_schema : str or pyspark StructType, optional
+        Spark DDL (``"id STRING, price DECIMAL(10,2)"``). ``before``/``after`` then become structs of
+        that type; a value that does not fit makes its message malformed.
+    include_raw : bool
+        Fill ``data`` with the body on every row (malformed rows always carry it).
+    message_ids, publish_times, attributes, ordering_keys : sequences aligned with ``bodies``
+        Pub/Sub metadata copied to every row of the message. ``publish_times`` are tz-aware
+        datetimes or int epoch microseconds; an ``ordering_key`` of ``""`` becomes null.
+    stats : DecodeStats, optional
+        Counters this call adds to.
+
+    Returns
+    -------
+    pyarrow.RecordBatch
+        Rows in message order (a webhook batch gives one row per event), with exactly
+        ``arrow_schema(row_schema)`` as its schema.
+
+    Raises
+    ------
+    ValueError
+        Bad ``envelope``/``mode``/``row_schema``, misaligned metadata, ``envelope="csv"`` without
+        ``row_schema``, or (FAILFAST) :class:`MalformedMessageError`. Never for any message bytes
+        in the other modes.
+    """
+    envelope = _choice("envelope", envelope, ENVELOPE_CHOICES, upper=False)
+    mode = _choice("mode", mode, MODES, upper=True)
+    struct, schema = _resolve_schema(row_schema)
+    if envelope == "csv" and struct is None:
+        raise ValueError('envelope="csv" needs row_schema: CSV bodies carry no column names')
+    typed = struct is not None
+    body_list = _bodies_list(bodies)
+    n = len(body_list)
+    message_ids = _as_list("message_ids", message_ids, n)
+    publish_times = _as_list("publish_times", publish_times, n)
+    attributes = _as_list("attributes", attributes, n)
+    ordering_keys = _as_list("ordering_keys", ordering_keys, n)
+
+    convert = csv_convert = None
+    if typed:
+        convert, csv_convert = _converters(struct.json())
+        if envelope == "csv" and csv_convert is None:
+            raise ValueError("row_schema has nested types (ARRAY/MAP/STRUCT) that format=csv cannot carry")
+    ctx = Context(envelope, convert, csv_convert)
+
+    fast_idx = np.zeros(0, dtype=np.int64)
+    fast_cols: dict[str, pa.Array] = {}
+    if not typed and envelope in ("auto", "wrapped") and n:
+        fast_idx, fast_cols = _fast_path(body_list)
+    if len(fast_idx) == n:
+        slow_indices: Iterable[int] = ()
+    else:
+        handled = np.zeros(n, dtype=bool)
+        handled[fast_idx] = True
+        slow_indices = np.flatnonzero(~handled).tolist()
+
+    # General path: every message the fast path did not take.
+    results: list[tuple[int, list[Row] | None, str | None]] = []
+    for i in slow_indices:
+        try:
+            results.append((i, decode_body(body_list[i], ctx), None))
+        except Bad as exc:
+            results.append((i, None, str(exc)))
+    if typed and results:
+        good_rows = [r for _, rows, _ in results if rows for r in rows]
+        if _typed_bad(good_rows, schema):
+            fixed = []
+            for i, rows, err in results:
+                if rows:
+                    reason = _typed_bad(rows, schema)
+                    if reason:
+                        rows, err = None, f"row does not convert to the row schema ({reason})"
+                fixed.append((i, rows, err))
+            results = fixed
+
+    malformed = [(i, err) for i, rows, err in results if rows is None]
+    if malformed and mode == "FAILFAST":
+        i, err = malformed[0]
+        raise MalformedMessageError(message_ids[i] if message_ids is not None else None, i, err)
+
+    slow_rows: list[Row] = []
+    slow_msg: list[int] = []
+    slow_err: list[str | None] = []
+    for i, rows, err in results:
+        if rows is None:
+            if mode == "DROPMALFORMED":
+                continue
+            bad = Row("malformed", envelope if envelope != "auto" else None)  # type: ignore[arg-type]
+            slow_rows.append(bad)
+            slow_msg.append(i)
+            slow_err.append(err)
+        else:
+            for row in rows:
+                slow_rows.append(row)
+                slow_msg.append(i)
+                slow_err.append(None)
+
+    parts: list[tuple[np.ndarray, dict[str, pa.Array]]] = []
+    if len(fast_idx):
+        m = len(fast_idx)
+        fast_cols["resolved"] = pa.nulls(m, pa.string())
+        fast_cols["source"] = pa.nulls(m, pa.string())
+        fast_cols["error"] = pa.nulls(m, pa.string())
+        parts.append((fast_idx.astype(np.int64), fast_cols))
+    if slow_rows:
+        cols = _rows_columns(slow_rows, schema, typed)
+        cols["error"] = pa.array(slow_err, pa.string())
+        parts.append((np.array(slow_msg, dtype=np.int64), cols))
+
+    row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    row_count = len(row_msg)
+    columns: dict[str, pa.Array] = {}
+    for name in ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated",
+                 "mvcc_timestamp", "commit_time", "resolved", "source", "error"):  # fmt: skip
+        field_type = schema.field(name).type
+        chunks = [p[1][name] for p in parts]
+        columns[name] = pa.concat_arrays(chunks) if chunks else pa.array([], field_type)
+
+    # Rows come out in message order: the two paths' rows are interleaved back with a stable sort.
+    order = None
+    if len(parts) > 1:
+        order = np.argsort(row_msg, kind="stable")
+        row_msg = row_msg[order]
+        taker = pa.array(order)
+        columns = {k: v.take(taker) for k, v in columns.items()}
+
+    meta = _metadata(n, message_ids, publish_times, attributes, ordering_keys)
+    identity = row_count == n and (n == 0 or (row_msg[0] == 0 and row_msg[-1] == n - 1))
+    msg_taker = None if identity else pa.array(row_msg)
+    for name, arr in meta.items():
+        columns[name] = arr if msg_taker is None else arr.take(msg_taker)
+
+    is_malformed = None
+    if slow_rows and any(e is not None for e in slow_err):
+        is_malformed = pc.equal(columns["kind"], "malformed")
+    if include_raw or is_malformed is not None:
+        data = pa.array(body_list, pa.binary())
+        data = data if msg_taker is None else data.take(msg_taker)
+        if not include_raw:
+            data = pc.if_else(is_malformed, data, pa.scalar(None, pa.binary()))
+        columns["data"] = data
+    else:
+        columns["data"] = pa.nulls(row_count, pa.binary())
+
+    batch = pa.RecordBatch.from_arrays([columns[name] for name in COLUMN_NAMES], schema=schema)
+    if stats is not None:
+        stats.messages += n
+        stats.rows += row_count
+        stats.malformed += len(malformed)
+        if mode == "DROPMALFORMED":
+            stats.dropped += len(malformed)
+    return batch
+
+
+# -- schema_from_enriched --------------------------------------------------------------------------
+
+_CONNECT_TYPES = {
+    "int8": "TINYINT",
+    "int16": "SMALLINT",
+    "int32": "INT",
+    "int64": "BIGINT",
+    "float32": "FLOAT",
+    "float64": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "string": "STRING",
+    "bytes": "BINARY",
+}
+
+
+def _connect_type(field: Mapping[str, Any], where: str) -> str:
+    from .ddl import _quote
+
+    name = field.get("name")
+    ftype = str(field.get("type", "")).lower()
+    if name == "decimal":
+        params = field.get("parameters") or {}
+        try:
+            precision, scale = int(params["precision"]), int(params.get("scale", 0))
+        except (KeyError, TypeError, ValueError):
+            # An unconstrained CockroachDB DECIMAL has no Spark type that holds every value exactly.
+            return "STRING"
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            return "STRING"
+        return f"DECIMAL({precision},{scale})"
+    if name == "timestamp":
+        return "TIMESTAMP"
+    if name == "date":
+        return "DATE"
+    if ftype == "struct":
+        inner = ", ".join(
+            f"{_quote(str(f.get('field')))}: {_connect_type(f, where)}" for f in field.get("fields") or []
+        )
+        return f"STRUCT<{inner}>"
+    if ftype == "array":
+        return f"ARRAY<{_connect_type(field.get('items') or {}, where)}>"
+    if ftype == "map":
+        return f"MAP<STRING, {_connect_type(field.get('values') or {}, where)}>"
+    # JSONB and types we do not know arrive as JSON; STRING keeps their exact text.
+    return _CONNECT_TYPES.get(ftype, "STRING")
+
+
+def schema_from_enriched(body: bytes) -> str:
+    """A row schema DDL string derived from an enriched message's own ``schema`` block.
+
+    ``body`` is an ``envelope=enriched, enriched_properties='schema'`` message (the value, or the
+    Pub/Sub v2 ``{"Key","Value","Topic"}`` body around it). The ``after`` (else ``before``) field's
+    Kafka Connect types map to Spark: int8..int64 -> TINYINT..BIGINT, float32/float64 -> FLOAT/DOUBLE,
+    ``name: decimal`` with precision/scale -> DECIMAL(p,s) (without them -> STRING), boolean, string,
+    bytes -> BINARY, ``name: timestamp`` -> TIMESTAMP, ``name: date`` -> DATE, struct, array, map.
+    Raises ValueError when the message carries no usable schema.
+    """
+    try:
+        doc = msgspec.json.decode(bytes(body))
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"schema_from_enriched: the body is not valid JSON ({exc})") from None
+    if isinstance(doc, dict) and "Value" in doc and isinstance(doc["Value"], dict):
+        doc = doc["Value"]
+    if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
+        raise ValueError("schema_from_enriched: the message has no `schema` block (use enriched_properties='schema')")
+    fields = doc["schema"].get("fields") or []
+    by_name = {f.get("field"): f for f in fields if isinstance(f, dict)}
+    row = by_name.get("after") or by_name.get("before")
+    if not row or not isinstance(row.get("fields"), list):
+        raise ValueError("schema_from_enriched: the schema has no `after` (or `before`) struct")
+    from .ddl import _quote, parse_ddl
+
+    ddl = ", ".join(f"{_quote(str(f.get('field')))} {_connect_type(f, 'after')}" for f in row["fields"])
+    parse_ddl(ddl)  # what we hand out must be readable by our own parser
+    return ddl

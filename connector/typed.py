@@ -1,0 +1,364 @@
+"""Typed rows: turn a row's exact JSON text (or a CSV record) into Python values for an Arrow struct.
+
+Numbers are read from the digits CockroachDB sent, never through a float, and a value that does not
+fit its column (too many digits, more scale than the DECIMAL allows, outside the integer range, the
+wrong JSON type) raises :class:`TypedError` naming the column and the value: the decoder turns that
+into a malformed row instead of silently truncating.
+
+Converters are built once per schema (:func:`json_row_converter`, :func:`csv_row_converter`) so the
+per-row work is a chain of plain function calls.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import re
+from typing import Any, Callable
+
+import msgspec
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+__all__ = ["TypedError", "json_row_converter", "csv_row_converter"]
+
+
+class TypedError(ValueError):
+    """A value that does not fit its column; the message names the column and the value."""
+
+
+_OBJ = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_STR = msgspec.json.Decoder(str)
+_INT_RE = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+_NUM_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
+_INT_RANGES = {
+    ByteType: (-(2**7), 2**7 - 1, "TINYINT"),
+    ShortType: (-(2**15), 2**15 - 1, "SMALLINT"),
+    IntegerType: (-(2**31), 2**31 - 1, "INT"),
+    LongType: (-(2**63), 2**63 - 1, "BIGINT"),
+}
+_TS_RE = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:?\d{2})?\Z"
+)
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+_DEC_CTX = decimal.Context(prec=80, Emax=999999, Emin=-999999)
+_SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+Conv = Callable[[bytes, str], Any]
+
+
+def _show(raw: bytes | str, limit: int = 60) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _json_kind(raw: bytes) -> str:
+    c = raw[:1]
+    return {b"{": "object", b"[": "array", b'"': "string", b"t": "boolean", b"f": "boolean", b"n": "null"}.get(
+        c, "number"
+    )
+
+
+def _wrong(path: str, want: str, raw: bytes) -> TypedError:
+    return TypedError(f"column `{path}`: expected {want}, got JSON {_json_kind(raw)} {_show(raw)}")
+
+
+# -- scalar parsers shared by JSON and CSV ---------------------------------------------------------
+
+
+def _decimal_from_text(text: str, dtype: DecimalType, path: str) -> decimal.Decimal:
+    if not _NUM_RE.match(text):
+        raise TypedError(f"column `{path}`: {_show(text)!s} is not a decimal number")
+    value = decimal.Decimal(text)
+    sign, digits, exponent = value.as_tuple()
+    # Trailing zeros after the point carry no value, so 26.30 fits DECIMAL(10,1) without loss.
+    scale = 0
+    if exponent < 0:
+        frac = digits[exponent:] if -exponent <= len(digits) else (0,) * (-exponent - len(digits)) + digits
+        stripped = len(frac)
+        while stripped and frac[stripped - 1] == 0:
+            stripped -= 1
+        scale = stripped
+    if scale > dtype.scale:
+        raise TypedError(
+            f"column `{path}`: {_show(text)} has {scale} fractional digits, more than DECIMAL"
+            f"({dtype.precision},{dtype.scale}) allows"
+        )
+    integral = 0 if value.is_zero() else max(0, value.adjusted() + 1)
+    if integral > dtype.precision - dtype.scale:
+        raise TypedError(
+            f"column `{path}`: {_show(text)} has {integral} integer digits, more than DECIMAL"
+            f"({dtype.precision},{dtype.scale}) allows"
+        )
+    return value.quantize(decimal.Decimal(1).scaleb(-dtype.scale), context=_DEC_CTX)
+
+
+def _int_from_text(text: str, lo: int, hi: int, name: str, path: str) -> int:
+    if not _INT_RE.match(text.encode()):
+        raise TypedError(f"column `{path}`: {_show(text)} is not an integer")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise TypedError(f"column `{path}`: {_show(text)} is out of range for {name}")
+    return value
+
+
+def _timestamp_from_text(text: str, path: str) -> _dt.datetime:
+    m = _TS_RE.match(text)
+    if m is None:
+        raise TypedError(f"column `{path}`: {_show(text)!r} is not a timestamp (expected YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM])")
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    micro = 0
+    if frac:
+        if len(frac) > 6 and frac[6:].strip("0"):
+            raise TypedError(f"column `{path}`: {text!r} has sub-microsecond digits a Spark TIMESTAMP cannot hold")
+        micro = int((frac + "000000")[:6])
+    tz = _dt.timezone.utc
+    if zone and zone not in ("Z", "z"):
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        tz = _dt.timezone(sign * _dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+    try:
+        return _dt.datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz
+        ).astimezone(_dt.timezone.utc)
+    except (ValueError, OverflowError) as exc:
+        raise TypedError(f"column `{path}`: {text!r} is not a valid timestamp ({exc})") from None
+
+
+def _date_from_text(text: str, path: str) -> _dt.date:
+    try:
+        if len(text) != 10:
+            raise ValueError("expected YYYY-MM-DD")
+        return _dt.date.fromisoformat(text)
+    except ValueError as exc:
+        raise TypedError(f"column `{path}`: {_show(text)!r} is not a date ({exc})") from None
+
+
+def _binary_from_text(text: str, path: str) -> bytes:
+    if not text.startswith("\\x"):
+        raise TypedError(f"column `{path}`: {_show(text)!r} is not CockroachDB hex bytes (\\x...)")
+    try:
+        return bytes.fromhex(text[2:])
+    except ValueError:
+        raise TypedError(f"column `{path}`: {_show(text)!r} is not valid hex") from None
+
+
+def _bool_from_text(text: str, path: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "t"):
+        return True
+    if lowered in ("false", "f"):
+        return False
+    raise TypedError(f"column `{path}`: {_show(text)!r} is not a boolean")
+
+
+# -- JSON converters -------------------------------------------------------------------------------
+
+
+def _json_string(raw: bytes, path: str) -> Any:
+    if raw[:1] == b'"':
+        return _STR.decode(raw)
+    # Non-string JSON (numbers, objects, arrays) is kept as its exact text.
+    return raw.decode("utf-8")
+
+
+def _json_text_string(raw: bytes, path: str) -> str:
+    if raw[:1] != b'"':
+        raise _wrong(path, "a JSON string", raw)
+    return _STR.decode(raw)
+
+
+def _json_converter(dtype: DataType, path: str) -> Conv:
+    if isinstance(dtype, StringType):
+        return _json_string
+    if type(dtype) in _INT_RANGES:
+        lo, hi, name = _INT_RANGES[type(dtype)]
+
+        def conv_int(raw: bytes, path: str) -> int:
+            if not _INT_RE.match(raw):
+                raise _wrong(path, f"an integer for {name}", raw)
+            value = int(raw)
+            if not lo <= value <= hi:
+                raise TypedError(f"column `{path}`: {_show(raw)} is out of range for {name}")
+            return value
+
+        return conv_int
+    if isinstance(dtype, DecimalType):
+
+        def conv_decimal(raw: bytes, path: str) -> decimal.Decimal:
+            if raw[:1] in (b'"', b"{", b"[", b"t", b"f"):
+                raise _wrong(path, f"a number for DECIMAL({dtype.precision},{dtype.scale})", raw)
+            return _decimal_from_text(raw.decode("ascii", "replace"), dtype, path)
+
+        return conv_decimal
+    if isinstance(dtype, (FloatType, DoubleType)):
+
+        def conv_float(raw: bytes, path: str) -> float:
+            if raw[:1] == b'"':
+                text = _STR.decode(raw)
+                if text in _SPECIAL_FLOATS:
+                    return _SPECIAL_FLOATS[text]
+                raise _wrong(path, "a number (or \"NaN\"/\"Infinity\"/\"-Infinity\")", raw)
+            if not _NUM_RE.match(raw.decode("ascii", "replace")):
+                raise _wrong(path, "a number", raw)
+            return float(raw)
+
+        return conv_float
+    if isinstance(dtype, BooleanType):
+
+        def conv_bool(raw: bytes, path: str) -> bool:
+            if raw == b"true":
+                return True
+            if raw == b"false":
+                return False
+            raise _wrong(path, "true or false", raw)
+
+        return conv_bool
+    if isinstance(dtype, DateType):
+
+        def conv_date(raw: bytes, path: str) -> _dt.date:
+            if _INT_RE.match(raw):
+                # Debezium io.debezium.time.Date: days since the epoch.
+                try:
+                    return _EPOCH_DATE + _dt.timedelta(days=int(raw))
+                except OverflowError:
+                    raise TypedError(f"column `{path}`: {_show(raw)} days is out of range for DATE") from None
+            return _date_from_text(_json_text_string(raw, path), path)
+
+        return conv_date
+    if isinstance(dtype, TimestampType):
+        return lambda raw, path: _timestamp_from_text(_json_text_string(raw, path), path)
+    if isinstance(dtype, BinaryType):
+        return lambda raw, path: _binary_from_text(_json_text_string(raw, path), path)
+    if isinstance(dtype, ArrayType):
+        element = _json_converter(dtype.elementType, path + "[]")
+
+        def conv_array(raw: bytes, path: str) -> list:
+            if raw[:1] != b"[":
+                raise _wrong(path, "a JSON array", raw)
+            return [None if item == b"null" else element(bytes(item), path) for item in _LIST.decode(raw)]
+
+        return conv_array
+    if isinstance(dtype, MapType):
+        value_conv = _json_converter(dtype.valueType, path + "{}")
+
+        def conv_map(raw: bytes, path: str) -> list:
+            if raw[:1] != b"{":
+                raise _wrong(path, "a JSON object", raw)
+            return [
+                (k, None if v == b"null" else value_conv(bytes(v), f"{path}.{k}")) for k, v in _OBJ.decode(raw).items()
+            ]
+
+        return conv_map
+    if isinstance(dtype, StructType):
+        return _struct_converter(dtype, path + ".")
+    raise TypeError(f"row schema type {dtype.simpleString()} is not supported")
+
+
+def _struct_converter(dtype: StructType, prefix: str) -> Conv:
+    fields = [
+        (f.name, _json_converter(f.dataType, f"{prefix}{f.name}"), f.nullable, f"{prefix}{f.name}")
+        for f in dtype.fields
+    ]
+
+    def conv_struct(raw: bytes, path: str) -> dict:
+        if raw[:1] != b"{":
+            raise _wrong(path or "row", "a JSON object", raw)
+        values = _OBJ.decode(raw)
+        out = {}
+        for name, conv, nullable, column in fields:
+            item = values.get(name)
+            if item is None or item == b"null":
+                if not nullable:
+                    raise TypedError(f"column `{column}` is NOT NULL but the row has no value for it")
+                out[name] = None
+            else:
+                out[name] = conv(bytes(item), column)
+        return out
+
+    return conv_struct
+
+
+def json_row_converter(schema: StructType) -> Callable[[bytes], dict]:
+    """A function from a row's JSON object text to a dict of Python values matching ``schema``.
+
+    Missing columns become None, extra JSON keys are ignored. Raises :class:`TypedError`.
+    Duplicate keys inside a row follow msgspec (the last one wins).
+    """
+    conv = _struct_converter(schema, "")
+    return lambda raw: conv(raw, "")
+
+
+# -- CSV -------------------------------------------------------------------------------------------
+
+
+def _csv_converter(dtype: DataType, path: str) -> Callable[[str], Any]:
+    if isinstance(dtype, StringType):
+        return lambda text: text
+    if type(dtype) in _INT_RANGES:
+        lo, hi, name = _INT_RANGES[type(dtype)]
+        return lambda text: _int_from_text(text, lo, hi, name, path)
+    if isinstance(dtype, DecimalType):
+        return lambda text: _decimal_from_text(text, dtype, path)
+    if isinstance(dtype, (FloatType, DoubleType)):
+
+        def conv_float(text: str) -> float:
+            if text in _SPECIAL_FLOATS:
+                return _SPECIAL_FLOATS[text]
+            if not _NUM_RE.match(text):
+                raise TypedError(f"column `{path}`: {_show(text)!r} is not a number")
+            return float(text)
+
+        return conv_float
+    if isinstance(dtype, BooleanType):
+        return lambda text: _bool_from_text(text, path)
+    if isinstance(dtype, DateType):
+        return lambda text: _date_from_text(text, path)
+    if isinstance(dtype, TimestampType):
+        return lambda text: _timestamp_from_text(text, path)
+    if isinstance(dtype, BinaryType):
+        return lambda text: _binary_from_text(text, path)
+    # Nested types have no CSV rendering we can trust; the column would be silently wrong.
+    raise TypeError(f"row schema column `{path}` has type {dtype.simpleString()}, which format=csv cannot carry")
+
+
+def csv_row_converter(schema: StructType) -> Callable[[list[str]], dict]:
+    """A function from one CSV record (list of fields) to a dict matching ``schema``, by position.
+
+    An empty field is NULL for every type but STRING (where it is the empty string).
+    Raises :class:`TypedError` on a field count mismatch or a value that does not fit.
+    """
+    fields = [(f.name, _csv_converter(f.dataType, f.name), isinstance(f.dataType, StringType), f.nullable) for f in schema.fields]
+    width = len(fields)
+
+    def conv(record: list[str]) -> dict:
+        if len(record) != width:
+            raise TypedError(f"CSV record has {len(record)} fields, the row schema has {width} columns")
+        out = {}
+        for (name, field_conv, is_string, nullable), text in zip(fields, record):
+            if text == "" and not is_string:
+                if not nullable:
+                    raise TypedError(f"column `{name}` is NOT NULL but the CSV field is empty")
+                out[name] = None
+            else:
+                out[name] = field_conv(text)
+        return out
+
+    return conv
