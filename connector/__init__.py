@@ -13,7 +13,6 @@ from typing import Any
 from ._version import __version__
 from .decoding import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 
-
 __all__ = [
     "__version__",
     "register",

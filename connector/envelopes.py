@@ -562,6 +562,7 @@ def _debezium(p: dict[str, bytes], raw: bytes, ctx: Context) -> Row:
         row.after = None if ctx.convert is not None else raw
         return row
     if op_text == "m":
+        row.op = "m"
         if "message" in p:
             row.kind = "message"
             msg = p["message"]

@@ -253,7 +253,8 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
         def conv_array(raw: bytes, path: str) -> list:
             if raw[:1] != b"[":
                 raise _wrong(path, "a JSON array", raw)
-            return [None if item == b"null" else element(bytes(item), path) for item in _LIST.decode(raw)]
+            items = [bytes(item) for item in _LIST.decode(raw)]
+            return [None if item == b"null" else element(item, path) for item in items]
 
         return conv_array
     if isinstance(dtype, MapType):
@@ -262,9 +263,8 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
         def conv_map(raw: bytes, path: str) -> list:
             if raw[:1] != b"{":
                 raise _wrong(path, "a JSON object", raw)
-            return [
-                (k, None if v == b"null" else value_conv(bytes(v), f"{path}.{k}")) for k, v in _OBJ.decode(raw).items()
-            ]
+            pairs = [(k, bytes(v)) for k, v in _OBJ.decode(raw).items()]
+            return [(k, None if v == b"null" else value_conv(v, f"{path}.{k}")) for k, v in pairs]
 
         return conv_map
     if isinstance(dtype, StructType):
@@ -285,12 +285,14 @@ def _struct_converter(dtype: StructType, prefix: str) -> Conv:
         out = {}
         for name, conv, nullable, column in fields:
             item = values.get(name)
+            if item is not None:
+                item = bytes(item)  # msgspec.Raw does not compare equal to bytes
             if item is None or item == b"null":
                 if not nullable:
                     raise TypedError(f"column `{column}` is NOT NULL but the row has no value for it")
                 out[name] = None
             else:
-                out[name] = conv(bytes(item), column)
+                out[name] = conv(item, column)
         return out
 
     return conv_struct
