@@ -20,6 +20,12 @@ from crdb_pubsub.envelopes import Context, decode_body
 from crdb_pubsub.schema import COLUMN_NAMES, arrow_schema
 
 UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ns(nanos: int) -> dt.datetime:
+    """Wall-clock nanoseconds as a microsecond timestamp (truncated), computed independently."""
+    return EPOCH + dt.timedelta(microseconds=nanos // 1000)
 
 
 def v2(key: str, value: str, topic: str) -> bytes:
@@ -100,8 +106,7 @@ def test_v2_wrapped_fast_path_fields() -> None:
     assert r["op"] == "u" and r["before"] is None
     assert r["after"] == '{"city": "amsterdam", "revenue": 26.30}'
     assert r["updated"] == "1701102296662969433.0000000002"
-    # 1701102296662969433 ns = 2023-11-27T16:24:56.662969433Z, truncated to microseconds.
-    assert r["commit_time"] == dt.datetime(2023, 11, 27, 16, 24, 56, 662969, tzinfo=UTC)
+    assert r["commit_time"] == ns(1701102296662969433)  # truncated to microseconds
     assert r["error"] is None and r["data"] is None and r["resolved"] is None
 
 
@@ -183,7 +188,7 @@ def test_resolved_forms() -> None:
     assert (r["kind"], r["envelope"], r["resolved"], r["op"]) == ("resolved", "wrapped", "1.0000000002", None)
     r = one(b'{"__crdb__":{"resolved":"1681240120058450985.0000000000"}}')
     assert (r["kind"], r["envelope"], r["resolved"]) == ("resolved", "bare", "1681240120058450985.0000000000")
-    assert r["commit_time"] == dt.datetime(2023, 4, 11, 19, 8, 40, 58450, tzinfo=UTC)
+    assert r["commit_time"] == ns(1681240120058450985)
     assert one(b'{"resolved":1}')["kind"] == "malformed"
 
 
@@ -191,14 +196,14 @@ def test_enriched_plain_and_with_wrapper_object_key() -> None:
     value = '{"after": {"id": 1, "price": 12.50}, "op": "c", "ts_ns": 1745525261013511000}'
     r = one(v2('{"id": 1}', value, "products"))
     assert (r["envelope"], r["op"], r["key"], r["after"]) == ("enriched", "c", '{"id": 1}', '{"id": 1, "price": 12.50}')
-    assert r["commit_time"] == dt.datetime(2025, 4, 24, 20, 7, 41, 13511, tzinfo=UTC)
+    assert r["commit_time"] == ns(1745525261013511000)
     src = '{"mvcc_timestamp": "1747243394200039000.0000000000", "origin": "cockroachdb", "table_name": "products", "ts_hlc": "1747243394200039000.0000000001", "ts_ns": 1747243394200039000}'
     r = one(('{"after": null, "before": {"id": 1}, "op": "d", "source": ' + src + ', "ts_ns": 1747243394886231000}').encode())
     assert (r["op"], r["table_name"], r["updated"], r["mvcc_timestamp"]) == (
         "d", "products", "1747243394200039000.0000000001", "1747243394200039000.0000000000",
     )  # fmt: skip
     assert r["source"] == src
-    assert r["commit_time"] == dt.datetime(2025, 5, 14, 17, 23, 14, 200039, tzinfo=UTC)
+    assert r["commit_time"] == ns(1747243394200039000)  # source.ts_hlc
 
 
 def test_enriched_schema_form_vs_debezium() -> None:
@@ -235,7 +240,7 @@ def test_debezium_ops_and_kinds() -> None:
         after = "null" if op in ("d", "t") else '{"id": 1}'
         r = one(('{"before": null, "after": ' + after + ', "source": ' + src + ', "op": "' + op + '", "ts_ms": 1}').encode())
         assert (r["kind"], r["envelope"], r["op"], r["table_name"]) == ("row", "debezium", op, "customers")
-        assert r["commit_time"] == dt.datetime(2019, 5, 28, 8, 58, 24, 863769, tzinfo=UTC)  # source.ts_us
+        assert r["commit_time"] == EPOCH + dt.timedelta(microseconds=1559033904863769)  # source.ts_us
         assert r["source"] == src
     msg = '{"source": ' + src + ', "op": "m", "ts_ms": 1, "message": {"prefix": "foo", "content": "Ymfy"}}'
     r = one(msg.encode())
@@ -250,7 +255,7 @@ def test_ticdc_watermark_ddl_and_commit_ts() -> None:
     wm = '{"payload": {"source": {"connector": "TiCDC", "commit_ts": ' + str(tso) + ', "ts_ms": 0}, "op": "m", "ts_ms": 1}}'
     r = one(wm.encode())
     assert (r["kind"], r["resolved"]) == ("watermark", str(tso))
-    assert r["commit_time"] == dt.datetime(2023, 11, 30, 6, 38, 29, tzinfo=UTC)
+    assert r["commit_time"] == EPOCH + dt.timedelta(milliseconds=1701326309000)
     ddl = '{"payload": {"source": {"connector": "TiCDC", "commit_ts": 1, "table": "t2"}, "ts_ms": 5, "ddl": "DROP TABLE t2", "tableChanges": []}}'
     r = one(ddl.encode())
     assert (r["kind"], r["op"], r["table_name"]) == ("ddl", None, "t2")
@@ -346,7 +351,7 @@ BAD = {
     "dup escaped key": (b'{"after": {"a": 1}, "\\u0061fter": null}', "duplicate key 'after'"),
     "invalid utf8 top": (b'{"after": {"a": "\xff"}}', "UTF-8"),
     "invalid utf8 in after (fast shape)": (v2("[1]", '{"after": {"a": "x"}}', "t").replace(b'"x"', b'"\xc3("'), "UTF-8"),
-    "invalid utf8 in key (fast shape)": (v2('["\xe2\x82"]', '{"after": {"a": 1}}', "t") if False else b'{"Key":["\xe2\x82"],"Value":{"after": {"a": 1}},"Topic":"t"}', "UTF-8"),
+    "invalid utf8 in key (fast shape)": (b'{"Key":["\xe2\x82"],"Value":{"after": {"a": 1}},"Topic":"t"}', "UTF-8"),
     "invalid utf8 in topic": (b'{"Key":[1],"Value":{"after": {"a": 1}},"Topic":"\xff"}', "UTF-8"),
     "webhook length type": (b'{"payload":[],"length":"0"}', "length"),
     "unknown wrapper field": (b'{"Key":[1],"Value":{"after": null},"Topic":"t","Extra":1}', "Extra"),
@@ -408,7 +413,7 @@ def test_metadata_columns() -> None:
     ))  # fmt: skip
     assert [r["message_id"] for r in out] == ["a", "b", "c"]
     assert out[0]["publish_time"] == dt.datetime(2025, 6, 1, 10, 0, 0, 123456, tzinfo=UTC)
-    assert out[1]["publish_time"] == dt.datetime(2023, 11, 14, 22, 13, 20, 1, tzinfo=UTC)
+    assert out[1]["publish_time"] == EPOCH + dt.timedelta(microseconds=1_700_000_000_000_001)
     assert out[2]["publish_time"] is None
     assert out[0]["attributes"] == [("TABLE_NAME", "t")] and out[1]["attributes"] == [] and out[2]["attributes"] is None
     assert [r["ordering_key"] for r in out] == [None, "k", None]
