@@ -496,7 +496,9 @@ def _probe(host_port: str, project: str, timeout: float) -> Exception | None:
 
     publisher = publisher_client(host_port)
     try:
-        publisher.list_topics(request={"project": f"projects/{project}", "page_size": 1}, timeout=timeout)
+        # retry=None: the library default retries UNAVAILABLE for a minute, hiding our own deadline.
+        publisher.list_topics(request={"project": f"projects/{project}", "page_size": 1}, timeout=timeout,
+                              retry=None)
         return None
     except Exception as exc:  # noqa: BLE001 - every failure just means "not ready yet"
         return exc
