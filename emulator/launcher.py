@@ -403,7 +403,8 @@ class Emulator:
         host_port: ``"host:port"`` for clients (``PUBSUB_EMULATOR_HOST`` value, ``api_endpoint``).
         backend: ``"env"``, ``"sdk"`` or ``"docker"``.
         project: the project id the readiness probe used.
-        pid: process id of the emulator (sdk backend; also its process-group id), else ``None``.
+        pid: process id we launched (sdk backend; also its process-group id), else ``None``. It is
+            the JVM itself when the script is run directly, ``gcloud`` when run through gcloud.
         pgid: process group that :meth:`stop` terminates (sdk backend), else ``None``.
         container_id: Docker container id (docker backend), else ``None``.
         startup_seconds: wall time from launch to the first successful gRPC call.

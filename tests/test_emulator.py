@@ -367,3 +367,52 @@ def test_cli_usage_errors_are_one_line_exit_2(tmp_path):
         r = subprocess.run([PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_auto_falls_through_to_docker_with_the_official_image(nothing_installed, monkeypatch):
+    # No Docker engine on the CI machines: check the wiring with a stand-in container.
+    import testcontainers.core.container as tc_container
+    import testcontainers.core.waiting_utils as tc_wait
+
+    seen: dict = {}
+
+    class FakeContainer:
+        def __init__(self, image):
+            seen["image"] = image
+
+        def with_command(self, cmd):
+            seen["command"] = cmd
+            return self
+
+        def with_kwargs(self, **kw):
+            return self
+
+        def with_exposed_ports(self, *ports):
+            seen["exposed"] = ports
+            return self
+
+        def start(self):
+            seen["started"] = True
+
+        def stop(self):
+            seen["stopped"] = True
+
+        def get_wrapped_container(self):
+            return type("C", (), {"id": "abc123def456789"})()
+
+        def get_container_host_ip(self):
+            return "localhost"
+
+        def get_exposed_port(self, port):
+            return 49153
+
+    monkeypatch.setattr(launcher, "docker_available", lambda looked=None: True)
+    monkeypatch.setattr(tc_container, "DockerContainer", FakeContainer)
+    monkeypatch.setattr(tc_wait, "wait_for_logs", lambda c, pred, **kw: seen.setdefault("waited_for", pred))
+    monkeypatch.setattr(launcher, "_wait_grpc", lambda *a, **k: None)
+    with start_emulator() as emu:
+        assert (emu.backend, emu.host_port, emu.container_id) == ("docker", "127.0.0.1:49153", "abc123def456789")
+    assert seen["image"] == "gcr.io/google.com/cloudsdktool/google-cloud-cli:emulators"
+    assert seen["command"].startswith("gcloud beta emulators pubsub start --host-port=0.0.0.0:8085")
+    assert seen["waited_for"] == "Server started, listening on 8085"
+    assert seen["exposed"] == (8085,) and seen["stopped"]
