@@ -1,0 +1,64 @@
+"""A streaming job run as a separate driver process, so tests can SIGKILL it mid-stream.
+
+    python tests/stream_job.py --emulator-host H --subscription S --checkpoint C --output O
+        [--state-dir D] [--available-now] [--max-per-trigger N] [--ack-deadline S]
+
+Reads the subscription with crdb_pubsub and appends to a parquet directory (Spark's file sink is
+exactly-once per batch id, so duplicates in the output come from the source, never the sink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--emulator-host", required=True)
+    ap.add_argument("--subscription", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--state-dir")
+    ap.add_argument("--available-now", action="store_true")
+    ap.add_argument("--max-per-trigger", type=int, default=300)
+    ap.add_argument("--ack-deadline", type=int, default=5)
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+
+    import crdb_pubsub
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("crdb-pubsub-stream-job")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    crdb_pubsub.register(spark)
+    reader = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", args.subscription)
+        .option("emulatorHost", args.emulator_host)
+        .option("ackDeadlineSeconds", str(args.ack_deadline))
+        .option("maxMessagesPerTrigger", str(args.max_per_trigger))
+    )
+    if args.state_dir:
+        reader = reader.option("stateDir", args.state_dir)
+    writer = reader.load().writeStream.format("parquet").option("path", args.output).option("checkpointLocation", args.checkpoint)
+    if args.available_now:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start()
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    print("FINISHED", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
