@@ -12,6 +12,8 @@ from typing import Any
 
 from ._version import __version__
 from .decoding import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
+from . import apply  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
+from .apply import apply_batch, foreach_batch_apply, read_state
 
 __all__ = [
     "__version__",
@@ -20,6 +22,10 @@ __all__ = [
     "schema_from_enriched",
     "DecodeStats",
     "MalformedMessageError",
+    "apply",
+    "apply_batch",
+    "foreach_batch_apply",
+    "read_state",
 ]
 
 
