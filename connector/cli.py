@@ -1,0 +1,330 @@
+"""``crdb-pubsub``: look at a changefeed's Pub/Sub messages, simulate one, run the emulator.
+
+    crdb-pubsub tail --subscription projects/P/subscriptions/S [--limit 20] [--format table|json]
+    crdb-pubsub simulate --emulator-host 127.0.0.1:8085 --rows 1000 --updated --diff
+    eval "$(crdb-pubsub emulator start)"; crdb-pubsub emulator env; crdb-pubsub emulator stop
+
+Exit codes: 0 success; 1 an environment problem (Pub/Sub unreachable, emulator failed, ...);
+2 a usage mistake (one line on stderr, never a traceback); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shutil
+import sys
+from typing import Any, NoReturn, Sequence, TextIO
+
+__all__ = ["main", "build_parser", "tail"]
+
+PROG = "crdb-pubsub"
+
+
+class UsageError(Exception):
+    """A mistake in how a command was called (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line instead of argparse's usage dump; --help has the details.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
+    from crdb_pubsub.decoding import ENVELOPES
+
+    parser = _Parser(prog=PROG, description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, "
+                                            "and run the local emulator.")
+    # "cmd", not "command": the embedded emulator parser uses "command" for start/stop/env/run.
+    sub = parser.add_subparsers(dest="cmd", metavar="{tail,simulate,emulator}", parser_class=_Parser)
+    sub.required = True
+
+    t = sub.add_parser(
+        "tail", help="print the messages waiting on a subscription, decoded, without consuming them",
+        description="Pull up to --limit messages, decode them as the Spark source would (decode_messages) and "
+                    "print them; then set their ack deadline back to 0 so Pub/Sub redelivers them at once to "
+                    "the real consumer. Nothing is acknowledged. While tail runs (a few seconds), the messages it "
+                    "holds are not delivered to other subscribers of the same subscription. Credentials: "
+                    "Application Default Credentials (gcloud auth application-default login, or the attached "
+                    "service account), --credentials-file, or the emulator (--emulator-host / "
+                    "PUBSUB_EMULATOR_HOST).")
+    t.add_argument("--subscription", required=True,
+                   help="projects/P/subscriptions/S, or a bare id with --project")
+    t.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"),
+                   help="project of a bare subscription id (default: $GOOGLE_CLOUD_PROJECT)")
+    t.add_argument("--emulator-host", default=None,
+                   help="host:port of a Pub/Sub emulator (default: $PUBSUB_EMULATOR_HOST; unset = real Pub/Sub)")
+    t.add_argument("--credentials-file", default=None,
+                   help="service-account key file (default: Application Default Credentials)")
+    t.add_argument("--limit", type=_positive_int, default=20, help="messages to show at most (default 20)")
+    t.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default; one line per change, truncated to the terminal) or json (one JSON "
+                        "object per line, before/after/key as the exact JSON CockroachDB sent)")
+    t.add_argument("--envelope", choices=ENVELOPES, default="auto",
+                   help="force an envelope (default auto: detected per message)")
+    t.add_argument("--wait", type=_positive_float, default=3.0,
+                   help="seconds to wait for messages when none are available (default 3)")
+
+    sub.add_parser("simulate", add_help=False,
+                   help="publish simulated CockroachDB changefeed traffic (movr tables) to an emulator",
+                   description="See `crdb-pubsub simulate --help`.")
+
+    from crdb_pubsub.emulator.__main__ import configure_parser
+
+    e = sub.add_parser("emulator", help="start/stop/locate the local Pub/Sub emulator",
+                       description="Start, stop and locate the Google Cloud Pub/Sub emulator. `start` prints "
+                                   "`export PUBSUB_EMULATOR_HOST=...`: use eval \"$(crdb-pubsub emulator start)\".")
+    e.add_argument("-v", "--verbose", action="store_true", help="log backend choice and timings")
+    configure_parser(e)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# tail
+# --------------------------------------------------------------------------------------------
+
+
+def _source_options(args: argparse.Namespace) -> Any:
+    from crdb_pubsub.options import parse_options
+
+    raw = {"subscription": args.subscription}
+    if args.project:
+        raw["projectId"] = args.project
+    if args.emulator_host:
+        raw["emulatorHost"] = args.emulator_host
+    if args.credentials_file:
+        raw["credentialsFile"] = args.credentials_file
+    try:
+        opts = parse_options(raw)
+    except ValueError as exc:
+        text = str(exc).replace("crdb_pubsub: ", "").splitlines()[0]
+        raise UsageError(text.replace("give projectId", "give --project").replace("option 'projectId'", "--project")) from None
+    paths = opts.subscription_paths
+    if len(paths) != 1:
+        raise UsageError("tail reads one subscription at a time")
+    return opts, paths[0]
+
+
+def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Pull, decode, print, then hand every pulled message back (ack deadline 0). Returns the exit code."""
+    from google.api_core import exceptions as gexc
+
+    from crdb_pubsub import decode_messages
+    from crdb_pubsub.pubsub import CredentialsError, chunk_ack_ids, load_credentials, subscriber_client
+
+    opts, subscription = _source_options(args)
+    try:
+        creds = load_credentials(opts)
+    except CredentialsError as exc:
+        print(f"error: {exc}", file=err)
+        return 1
+    client = subscriber_client(opts.effective_emulator_host, creds)
+    received: list[Any] = []
+    try:
+        while len(received) < args.limit:
+            try:
+                resp = client.pull(request={"subscription": subscription,
+                                            "max_messages": min(1000, args.limit - len(received))},
+                                   timeout=args.wait, retry=None)
+            except gexc.DeadlineExceeded:
+                break  # nothing (more) waiting
+            except gexc.NotFound:
+                raise UsageError(f"subscription {subscription} does not exist") from None
+            except gexc.PermissionDenied:
+                print(f"error: permission denied on {subscription}: the caller needs roles/pubsub.subscriber",
+                      file=err)
+                return 1
+            except gexc.GoogleAPICallError as exc:
+                print(f"error: cannot reach Pub/Sub for {subscription}: {type(exc).__name__}", file=err)
+                return 1
+            if not resp.received_messages:
+                break
+            received.extend(resp.received_messages)
+        if not received:
+            print(f"no messages waiting on {subscription} (waited {args.wait:g} s)", file=err)
+            return 0
+        msgs = [rm.message for rm in received]
+        batch = decode_messages(
+            [m.data for m in msgs], envelope=args.envelope,
+            message_ids=[m.message_id for m in msgs],
+            publish_times=[_publish_time(m) for m in msgs],
+            attributes=[dict(m.attributes) for m in msgs],
+            ordering_keys=[m.ordering_key for m in msgs],
+        )
+        rows = batch.to_pylist()
+        if args.format == "json":
+            for r in rows:
+                out.write(_json_line(r) + "\n")
+        else:
+            _print_table(rows, out)
+        print(f"{len(msgs)} message(s) shown, {len(rows)} row(s); none acknowledged (handed back for redelivery)",
+              file=err)
+        return 0
+    finally:
+        if received:
+            # Deadline 0 = "not mine": Pub/Sub redelivers at once, to the real consumer.
+            ack_ids = [rm.ack_id for rm in received]
+            for chunk in chunk_ack_ids(ack_ids):
+                try:
+                    client.modify_ack_deadline(request={"subscription": subscription, "ack_ids": chunk,
+                                                        "ack_deadline_seconds": 0}, timeout=30)
+                except gexc.GoogleAPICallError as exc:
+                    print(f"warning: could not hand {len(chunk)} message(s) back ({type(exc).__name__}); they "
+                          f"return after the subscription's ack deadline", file=err)
+        client.transport.close()
+
+
+def _publish_time(m: Any) -> _dt.datetime | None:
+    pt = m.publish_time
+    if pt is None:
+        return None
+    return pt if pt.tzinfo else pt.replace(tzinfo=_dt.timezone.utc)
+
+
+_RAW_JSON = ("key", "before", "after", "source")
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    # before/after/key/source are exact JSON text from the message: spliced in, never re-encoded
+    # (a float round trip would change DECIMAL and INT8 digits).
+    obj: dict[str, Any] = {}
+    for k, v in row.items():
+        if k in _RAW_JSON or v is None:
+            continue
+        if isinstance(v, _dt.datetime):
+            v = v.isoformat().replace("+00:00", "Z")
+        elif isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):  # Arrow map -> list of pairs
+            v = dict(v)
+        obj[k] = v
+    text = json.dumps(obj, ensure_ascii=False)
+    raw = [f'"{k}": {row[k]}' for k in _RAW_JSON if row.get(k) is not None and _is_json(row[k])]
+    raw += [f'"{k}": {json.dumps(row[k], ensure_ascii=False)}' for k in _RAW_JSON
+            if row.get(k) is not None and not _is_json(row[k])]
+    if raw:
+        text = text[:-1] + (", " if obj else "") + ", ".join(raw) + "}"
+    return text
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
+    width = max(80, shutil.get_terminal_size((160, 20)).columns)
+    headers = ("publish_time", "table", "op", "commit (HLC)", "key", "after / detail")
+    lines = []
+    for r in rows:
+        pt = r["publish_time"].strftime("%H:%M:%S.%f")[:-3] if r.get("publish_time") else ""
+        table = r.get("table_name") or r.get("topic") or ""
+        if r["kind"] == "row":
+            detail = r.get("after") if r.get("after") is not None else "(deleted)"
+            op = r.get("op") or ""
+        elif r["kind"] == "resolved":
+            op, detail = "resolved", f"resolved {r.get('resolved')}"
+        elif r["kind"] == "malformed":
+            op, detail = "MALFORMED", r.get("error") or ""
+        else:
+            op, detail = r["kind"], r.get("after") or r.get("source") or ""
+        lines.append((pt, table, op, r.get("updated") or r.get("mvcc_timestamp") or "", r.get("key") or "", detail))
+    fixed = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers[:-1])]
+    fixed[4] = min(fixed[4], 48)  # long composite keys are truncated like `after`
+    rest = max(20, width - sum(fixed) - 2 * len(fixed))
+
+    def fmt(cells: Sequence[str]) -> str:
+        parts = [_clip(c, w).ljust(w) for c, w in zip(cells[:-1], fixed)]
+        return "  ".join(parts + [_clip(cells[-1], rest)]).rstrip()
+
+    out.write(fmt(headers) + "\n")
+    for line in lines:
+        out.write(fmt(line) + "\n")
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# simulate / emulator
+# --------------------------------------------------------------------------------------------
+
+
+def _simulate(argv: Sequence[str], err: TextIO) -> int:
+    from crdb_pubsub import simulator
+
+    prog = f"{PROG} simulate"
+    # Validate with the simulator's own parser (one-line errors), then let its main() run it.
+    parser = simulator.build_arg_parser(prog)
+    parser.__class__ = _Parser
+    args = parser.parse_args(list(argv))
+    try:
+        simulator.simulator_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.rows < 0:
+        parser.error(f"--rows must be >= 0, got {args.rows}")
+    if not args.dry_run and not args.emulator_host:
+        parser.error("--emulator-host is required (or set PUBSUB_EMULATOR_HOST)")
+    return simulator.main(list(argv), prog=prog)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``crdb-pubsub`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out, err = sys.stdout, sys.stderr
+    try:
+        if argv and argv[0] == "simulate":
+            return _simulate(argv[1:], err)
+        args = build_parser().parse_args(argv)
+        if args.cmd == "tail":
+            return tail(args, out, err)
+        if args.cmd == "emulator":
+            import logging
+
+            from crdb_pubsub.emulator.__main__ import dispatch
+
+            logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+            return dispatch(args, out, err)
+        raise UsageError(f"unknown command {args.cmd!r}")  # pragma: no cover - argparse rejects it first
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=err)
+        return 130
+    except BrokenPipeError:  # `crdb-pubsub tail | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
