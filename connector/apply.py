@@ -115,7 +115,8 @@ class TableCounts:
 
 @dataclasses.dataclass
 class ApplyResult:
-    """The outcome of :func:`apply_batch`. ``malformed``: all malformed input of the batch (also
+    """The outcome of :func:`apply_batch`. ``messages``: input rows of every kind (resolved
+    included); ``rows_in``: row changes; ``malformed``: all malformed input of the batch (also
     messages with no table); ``errors``: up to five example reasons; ``elapsed_s``: wall time."""
 
     batch_id: int
@@ -123,6 +124,7 @@ class ApplyResult:
     malformed: int
     rows_in: int
     elapsed_s: float
+    messages: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -488,13 +490,15 @@ def apply_batch(batch_df: "DataFrame", batch_id: int, *, state_dir: str,
     src = src.select(
         "kind", "table_name", "key", "op", "after", "message_id",
         F.coalesce(F.col("updated"), F.col("mvcc_timestamp")).alias("hlc"),
-    ).where("kind IN ('row', 'malformed')").persist()
+    ).persist()
     try:
         per_kind = {(r.kind, r.table_name): r["count"] for r in src.groupBy("kind", "table_name").count().collect()}
+        messages = sum(per_kind.values())
         malformed_total = sum(c for (k, _), c in per_kind.items() if k == "malformed")
         rows_in = sum(c for (k, _), c in per_kind.items() if k == "row")
         tables = sorted({t for (k, t) in per_kind if k == "row" and t})
-        result = ApplyResult(batch_id=batch_id, tables={}, malformed=malformed_total, rows_in=rows_in, elapsed_s=0.0)
+        result = ApplyResult(batch_id=batch_id, tables={}, malformed=malformed_total, rows_in=rows_in, elapsed_s=0.0,
+                             messages=messages)
         no_table = per_kind.get(("row", None), 0)
         if no_table:
             result.malformed += no_table
@@ -534,19 +538,15 @@ def _apply_table(spark: "SparkSession", fs: _FS, src: "DataFrame", table: str, b
 def _merge(spark: "SparkSession", fs: _FS, prepared: "DataFrame", struct: "StructType", table: str, table_dir: str,
            batch_id: int, result: ApplyResult, Window: Any, F: Any) -> TableCounts:
     counts = TableCounts()
-    bad = prepared.where("_error IS NOT NULL OR _hlc_wall IS NULL")
-    errs = bad.select("_error").limit(5).collect()
-    counts.malformed = bad.count()
-    result.malformed += counts.malformed
-    for r in errs:
-        if len(result.errors) < 5:
-            result.errors.append(f"{table}: {r._error or 'HLC out of range'}")
     user_cols = [f.name for f in struct.fields]
-    incoming = (prepared.where("_error IS NULL AND _hlc_wall IS NOT NULL")
+    # Bad rows ride along under a null key (their own window partition) so one job counts everything.
+    is_bad = F.col("_error").isNotNull() | F.col("_hlc_wall").isNull()
+    incoming = (prepared.withColumn("_bad", is_bad)
+                .withColumn("_key", F.when(is_bad, F.lit(None)).otherwise(F.col("_key")))
                 .withColumn("_src", F.lit(1)).withColumn("_batch_id", F.lit(batch_id).cast("long")))
     ptr = _pointer(fs, table_dir)
     incoming_cols = user_cols + ["_key", "_hlc", "_hlc_wall", "_hlc_logical", "_op", "_message_id", "_batch_id",
-                                 "_rank", "_after", "_src"]
+                                 "_rank", "_after", "_src", "_bad", "_error"]
     candidates = incoming.select(*incoming_cols)
     if ptr is not None:
         state = _load_version(spark, _parent(table_dir), table, ptr, include_deleted=True, with_meta=True)
@@ -558,6 +558,7 @@ def _merge(spark: "SparkSession", fs: _FS, prepared: "DataFrame", struct: "Struc
                 F.when(F.col("_op") == "u", 2).when(F.col("_op") == "c", 1).when(F.col("_op") == "r", 0), F.lit(2)
             )).cast("int").alias("_rank"),
             F.lit(None).cast("string").alias("_after"), F.lit(0).alias("_src"),
+            F.lit(False).alias("_bad"), F.lit(None).cast("string").alias("_error"),
         )
         candidates = state.unionByName(candidates)
     by_key = Window.partitionBy("_key")
@@ -571,10 +572,13 @@ def _merge(spark: "SparkSession", fs: _FS, prepared: "DataFrame", struct: "Struc
         # 0: key unknown to the state, 1: tombstone, 2: live row.
         F.max(F.when(F.col("_src") == 0, F.when(F.col("_op") == "d", 1).otherwise(2)).otherwise(0)).over(by_key)
         .alias("_prior"),
-    ).persist()
+    ).withColumn("_rn", F.when(F.col("_bad"), F.lit(None)).otherwise(F.col("_rn"))).persist()
     try:
         agg = annotated.agg(
-            F.sum(F.when(F.col("_src") == 1, 1).otherwise(0)).alias("changes"),
+            F.sum(F.when(F.col("_bad"), 1).otherwise(0)).alias("bad"),
+            F.slice(F.collect_list(F.when(F.col("_bad"), F.coalesce(F.col("_error"), F.lit("HLC out of range")))),
+                    1, 5).alias("errors"),
+            F.sum(F.when((F.col("_src") == 1) & ~F.col("_bad"), 1).otherwise(0)).alias("changes"),
             F.sum(F.when((F.col("_src") == 1) & (F.col("_rn") == 1) & (F.col("_op") != "d") & (F.col("_prior") != 2), 1)
                   .otherwise(0)).alias("inserts"),
             F.sum(F.when((F.col("_src") == 1) & (F.col("_rn") == 1) & (F.col("_op") != "d") & (F.col("_prior") == 2), 1)
@@ -586,6 +590,11 @@ def _merge(spark: "SparkSession", fs: _FS, prepared: "DataFrame", struct: "Struc
             F.sum(F.when((F.col("_rn") == 1) & (F.col("_op") != "d"), 1).otherwise(0)).alias("rows"),
             F.sum(F.when((F.col("_rn") == 1) & (F.col("_op") == "d"), 1).otherwise(0)).alias("tombstones"),
         ).collect()[0]
+        counts.malformed = int(agg["bad"] or 0)
+        result.malformed += counts.malformed
+        for e in agg["errors"] or []:
+            if len(result.errors) < 5:
+                result.errors.append(f"{table}: {e}")
         changes = int(agg["changes"] or 0)
         counts.changes = changes + counts.malformed
         counts.inserts, counts.updates = int(agg["inserts"] or 0), int(agg["updates"] or 0)

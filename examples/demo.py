@@ -1,106 +1,256 @@
-"""The demo: CockroachDB-style changefeed traffic -> Pub/Sub emulator -> crdb_pubsub -> Spark.
+"""The demo: a CockroachDB changefeed on Pub/Sub becomes current-state tables, live.
 
 1. starts the Pub/Sub emulator (or uses PUBSUB_EMULATOR_HOST),
-2. publishes realistic changefeed messages, one topic per table, exactly as CockroachDB's Pub/Sub
-   sink lays them out (inserts, updates, deletes, resolved timestamps),
-3. streams them through ``spark.readStream.format("crdb_pubsub")`` and prints the decoded rows,
-4. stops everything.
+2. publishes movr changefeed traffic (inserts, updates, deletes, resolved timestamps) exactly as
+   CockroachDB's Pub/Sub sink lays it out, slightly out of order and with a few duplicates,
+3. streams it through ``spark.readStream.format("crdb_pubsub")`` and applies every micro-batch to a
+   per-table state (``crdb_pubsub.apply``), printing progress while it runs,
+4. prints a summary per table and checks the state against the simulator's ground truth.
 
+Bounded by default (exits on its own); ``--forever`` publishes at ``--rate`` until Ctrl-C.
 Run it with ``bash examples/demo.sh`` (sets up .venv first) or ``python examples/demo.py --help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 
 PROJECT = "demo-project"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=300, help="row changes to publish (default 300)")
-    ap.add_argument("--envelope", default="wrapped", choices=["wrapped", "bare", "enriched"])
+    ap.add_argument("--rows", type=int, default=2000, help="row changes to publish in a bounded run (default 2000)")
+    ap.add_argument("--forever", action="store_true", help="keep publishing and streaming until Ctrl-C")
+    ap.add_argument("--rate", type=float, default=500.0, help="messages per second to publish (default 500)")
+    ap.add_argument("--envelope", default="wrapped", choices=["wrapped", "enriched"])
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--show", type=int, default=25, help="decoded rows to print (default 25)")
+    ap.add_argument("--shuffle-window", type=int, default=50, help="out-of-order delivery window (default 50)")
+    ap.add_argument("--duplicate-fraction", type=float, default=0.02, help="re-emitted duplicates (default 0.02)")
+    ap.add_argument("--max-messages-per-trigger", type=int, default=1000)
+    ap.add_argument("--trigger-seconds", type=float, default=1.0)
+    ap.add_argument("--state-dir", default=None, help="where the state tables go (default: a temporary directory)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="give up a bounded run after this many seconds")
     args = ap.parse_args(argv)
+    if args.rows <= 0 or args.rate <= 0:
+        ap.error("--rows and --rate must be > 0")
+    return args
 
+
+class Totals:
+    """Cumulative counts over the batches, fed by foreachBatch (runs in this driver process)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches = 0
+        self.messages = 0
+        self.tables: dict[str, dict[str, int]] = {}
+        self.malformed = 0
+        self.errors: list[str] = []
+
+    def add(self, res) -> None:
+        with self.lock:
+            self.batches += 1
+            self.messages += res.messages
+            self.malformed += res.malformed
+            self.errors = (self.errors + res.errors)[:5]
+            for table, c in res.tables.items():
+                t = self.tables.setdefault(table, dict.fromkeys(
+                    ("inserts", "updates", "deletes", "superseded", "malformed", "rows"), 0))
+                for k in ("inserts", "updates", "deletes", "superseded", "malformed"):
+                    t[k] += getattr(c, k)
+                t["rows"] = c.rows
+
+
+class Publisher(threading.Thread):
+    """Publishes in chunks at ``rate`` so the stream has something to chew on while it runs."""
+
+    def __init__(self, sim, publisher, rows: int, rate: float, forever: bool, shuffle: int, dups: float) -> None:
+        super().__init__(daemon=True)
+        self.sim, self.publisher, self.rows, self.rate = sim, publisher, rows, rate
+        self.forever, self.shuffle, self.dups = forever, shuffle, dups
+        self.stop_event = threading.Event()
+        self.published = 0
+        self.row_messages = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        chunk = 250
+        try:
+            left = self.rows
+            while not self.stop_event.is_set() and (self.forever or left > 0):
+                n = chunk if self.forever else min(chunk, left)
+                rep = self.sim.publish(self.publisher, PROJECT, n, rate=self.rate, create_topics=False,
+                                       shuffle_window=self.shuffle, duplicate_fraction=self.dups)
+                self.published += rep.published
+                self.row_messages += rep.row_messages
+                left -= n
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+
+def source_metrics(query) -> dict:
+    p = query.lastProgress
+    if p and p["sources"] and p["sources"][0].get("latestOffset"):
+        try:
+            return json.loads(p["sources"][0]["latestOffset"])
+        except (TypeError, ValueError):
+            return {}
+    return {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("crdb_pubsub").setLevel(logging.WARNING)
 
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     import crdb_pubsub
+    from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state, simulator_schemas
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
     from crdb_pubsub.simulator import ChangefeedSimulator, make_publisher
 
-    with emulator(project=PROJECT) as host_port:
+    interrupted = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: interrupted.set())  # Ctrl-C: stop cleanly, then summarise
+
+    with emulator(project=PROJECT) as host_port, tempfile.TemporaryDirectory(prefix="crdb-pubsub-demo-") as tmp:
+        state_dir = args.state_dir or os.path.join(tmp, "state")
         print(f"\n==> Pub/Sub emulator at {host_port}")
-        sim = ChangefeedSimulator(
-            seed=args.seed, envelope=args.envelope, diff=args.envelope != "bare", updated=True, resolved_every=60
-        )
+        kw = {"enriched_properties": "source"} if args.envelope == "enriched" else {"diff": True}
+        sim = ChangefeedSimulator(seed=args.seed, envelope=args.envelope, updated=True, resolved_every=100,
+                                  mix=(0.5, 0.35, 0.15), **kw)
         subs = []
         for topic in sim.topics():
             _, sub = create_topic_and_subscription(host_port, PROJECT, topic, f"{topic}-spark", exist_ok=True)
             subs.append(sub)
-        publisher = make_publisher(host_port)
-        try:
-            report = sim.publish(publisher, PROJECT, args.rows, create_topics=False)
-        finally:
-            publisher.stop()
-        print(f"==> published {report.published} messages to topics {', '.join(sim.topics())}")
-        for table, counts in sim.stats().items():
-            print(f"    {table:9s} {counts}")
 
+        print("==> starting Spark (local[2]) ...")
+        t_spark = time.monotonic()
         spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("crdb-pubsub-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
+            SparkSession.builder.master("local[2]").appName("crdb-pubsub-demo")
+            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+            # Idle queries report progress (and the source's ack counters) every second, not every 10.
+            .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
             .getOrCreate()
         )
-        spark.sparkContext.setLogLevel("WARN")
+        spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
 
+        schemas = simulator_schemas()
+        totals = Totals()
         changes = (
             spark.readStream.format("crdb_pubsub")
             .option("subscription", ",".join(subs))  # one subscription per table, read together
             .option("emulatorHost", host_port)
+            .option("maxMessagesPerTrigger", str(args.max_messages_per_trigger))
             .load()
         )
-        with tempfile.TemporaryDirectory(prefix="crdb-pubsub-demo-") as tmp:
-            t0 = time.monotonic()
-            query = (
-                changes.writeStream.format("memory")
-                .queryName("changes")
-                .option("checkpointLocation", os.path.join(tmp, "checkpoint"))
-                .trigger(availableNow=True)  # drain what was published, then stop
-                .start()
-            )
-            query.awaitTermination()
-            elapsed = time.monotonic() - t0
-            rows = spark.table("changes")
-            total = rows.count()
-            print(f"\n==> streamed {total} decoded change events in {elapsed:.1f} s "
-                  f"({len(query.recentProgress)} micro-batches); every one acknowledged after its batch committed\n")
-            rows.groupBy("table_name", "kind", "op").count().orderBy("table_name", "kind", "op").show(50, truncate=False)
-            (
-                rows.where("kind = 'row'")
-                .select("table_name", "op", "key", "updated", "commit_time", F.substring("after", 1, 70).alias("after (first 70 chars)"))
-                .orderBy("commit_time")
-                .show(args.show, truncate=False)
-            )
-            rows.where("kind = 'resolved'").select("topic", "resolved", "commit_time").show(5, truncate=False)
-            spark.stop()
-    print("==> done: emulator stopped, Spark stopped")
-    return 0
+        query = (
+            changes.writeStream.queryName("cdc_apply")
+            .foreachBatch(foreach_batch_apply(state_dir, schemas, on_result=totals.add))
+            .option("checkpointLocation", os.path.join(tmp, "checkpoint"))
+            .trigger(processingTime=f"{args.trigger_seconds} seconds")
+            .start()
+        )
+        publisher = make_publisher(host_port)
+        pub = Publisher(sim, publisher, args.rows, args.rate, args.forever, args.shuffle_window,
+                        args.duplicate_fraction)
+        mode = f"until Ctrl-C at {args.rate:g} msg/s" if args.forever else f"{args.rows} row changes"
+        print(f"==> streaming {', '.join(sim.topics())} into {state_dir} ({mode}; "
+              f"shuffle window {args.shuffle_window}, {args.duplicate_fraction:.0%} duplicates)\n")
+        pub.start()
+        t0 = time.monotonic()
+        last_print = 0.0
+        caught_up_since = None
+        ok = True
+        try:
+            while True:
+                time.sleep(0.25)
+                if query.exception() is not None:
+                    print(f"\n!! the streaming query failed: {query.exception()}")
+                    ok = False
+                    break
+                if pub.error is not None:
+                    print(f"\n!! publishing failed: {pub.error}")
+                    ok = False
+                    break
+                now = time.monotonic()
+                m = source_metrics(query)
+                if now - last_print >= 2.0:
+                    last_print = now
+                    with totals.lock:
+                        rows_state = " ".join(f"{t} {c['rows']}" for t, c in sorted(totals.tables.items()))
+                        batches, seen = totals.batches, totals.messages
+                    print(f"[{now - t0:5.1f}s] published {pub.published:6d} | batches {batches:3d} | "
+                          f"applied {seen:6d} msgs ({seen / max(now - t0, 1e-9):6.0f}/s) | "
+                          f"acked {m.get('acknowledged', 0):6d} in-flight {m.get('inFlight', 0):5d} | "
+                          f"lag {m.get('oldestUnackedAgeSeconds', 0) or 0:4.1f}s | state rows: {rows_state}",
+                          flush=True)
+                if interrupted.is_set() and not pub.stop_event.is_set():
+                    print("\n==> Ctrl-C: stopping the publisher, letting the stream catch up (Ctrl-C again to quit now)")
+                    pub.stop_event.set()
+                    interrupted.clear()
+                elif interrupted.is_set():
+                    ok = False
+                    break
+                publishing_done = not pub.is_alive()
+                if publishing_done and totals.messages >= pub.published:
+                    # Give the source one more planning step so the last batch is acknowledged too.
+                    caught_up_since = caught_up_since or now
+                    if m.get("acknowledged", 0) >= pub.published or now - caught_up_since > 5:
+                        break
+                if not args.forever and now - t0 > args.timeout:
+                    print(f"\n!! timed out after {args.timeout:g} s")
+                    ok = False
+                    break
+        finally:
+            pub.stop_event.set()
+            pub.join(timeout=30)
+            publisher.stop()
+            publisher.transport.close()
+            query.stop()
+        elapsed = time.monotonic() - t0
+        m = source_metrics(query)
+
+        print(f"\n==> streamed {totals.messages} messages in {elapsed:.1f} s ({totals.batches} micro-batches, "
+              f"{totals.messages / max(elapsed, 1e-9):.0f} msg/s); acknowledged {m.get('acknowledged', 0)}, "
+              f"malformed {totals.malformed}\n")
+        header = f"{'table':10s} {'inserts':>8s} {'updates':>8s} {'deletes':>8s} {'superseded':>10s} " \
+                 f"{'malformed':>9s} {'rows in state':>13s}"
+        print(header)
+        print("-" * len(header))
+        for table, c in sorted(totals.tables.items()):
+            print(f"{table:10s} {c['inserts']:8d} {c['updates']:8d} {c['deletes']:8d} {c['superseded']:10d} "
+                  f"{c['malformed']:9d} {c['rows']:13d}")
+        print("(superseded = duplicates and changes older than the state's version of their key)\n")
+        if "users" in totals.tables:
+            print("A few rows of the users state table (typed: balance is DECIMAL(12,2)):")
+            read_state(spark, state_dir, "users").select("id", "city", "name", "balance", "created_at") \
+                .orderBy("id").show(5, truncate=False)
+
+        if ok:
+            problems = compare_to_ground_truth(spark, state_dir, sim.ground_truth(), schemas)
+            if problems:
+                ok = False
+                print("state == simulator ground truth: MISMATCH")
+                for p in problems:
+                    print("   ", p)
+            else:
+                print("state == simulator ground truth: OK")
+        spark.stop()
+    print(f"==> done in {time.monotonic() - t_spark:.0f} s after Spark started: emulator stopped, Spark stopped")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
