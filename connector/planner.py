@@ -147,6 +147,8 @@ class Planner:
                 self._empty_batches += 1
                 return self._offset(bid)
             if self._available_now:
+                # The query ends after this answer: acknowledgements must leave the process first.
+                receiver.flush_acks()
                 receiver.release_deferred()
             return self._offset(sid)
 
