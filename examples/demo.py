@@ -28,7 +28,7 @@ PROJECT = "demo-project"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=2000, help="row changes to publish in a bounded run (default 2000)")
+    ap.add_argument("--rows", type=int, default=1000, help="row changes to publish in a bounded run (default 1000)")
     ap.add_argument("--forever", action="store_true", help="keep publishing and streaming until Ctrl-C")
     ap.add_argument("--rate", type=float, default=500.0, help="messages per second to publish (default 500)")
     ap.add_argument("--envelope", default="wrapped", choices=["wrapped", "enriched"])
