@@ -1,0 +1,137 @@
+"""Scenario 1: the driver SIGKILLed at random points, restarted from its checkpoint each time.
+
+The job (``tests/stream_job.py``: crdb_pubsub -> parquet file sink) runs as its own process
+group; a seeded RNG picks, for each round, where to kill the whole group:
+
+* ``pull``: a random delay after the query started (the receiver is pulling and buffering),
+* ``plan``: Spark wrote ``offsets/N`` (the source sealed batch N) but not ``commits/N`` yet,
+* ``ack``: Spark just wrote ``commits/N``; the source's ``commit`` (the acknowledgement) follows.
+
+Every round publishes a fresh chunk first, so each run has work in flight when it dies. A last
+run with Trigger.AvailableNow drains what is left. With ``stateDir``: lost = 0 and duplicated = 0.
+Without: lost = 0, duplicates counted and reported (at-least-once).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ._support import FULL, report, row_body, scaled, sink_column, tally, publish_many
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
+
+JOB = Path(__file__).resolve().parent.parent / "stream_job.py"
+ACK_DEADLINE = 5
+SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
+
+
+def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool) -> subprocess.Popen:
+    cmd = [sys.executable, str(JOB), "--emulator-host", host, "--subscription", sub,
+           "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ACK_DEADLINE),
+           "--max-per-trigger", "250"]
+    if state:
+        cmd += ["--state-dir", str(tmp / "state")]
+    if available_now:
+        cmd.append("--available-now")
+    fh = open(log, "ab")
+    try:
+        return subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
+    finally:
+        fh.close()
+
+
+def _numbered(d: Path) -> set[int]:
+    return {int(p.name) for p in d.iterdir() if p.name.isdigit()} if d.exists() else set()
+
+
+def _tail(log: Path, n: int = 4000) -> str:
+    return log.read_text(errors="replace")[-n:] if log.exists() else ""
+
+
+def _kill_at(proc: subprocess.Popen, mode: str, rng: random.Random, tmp: Path, log: Path, timeout: float = 240) -> str:
+    """Wait for the kill point ``mode``, SIGKILL the group; returns what was observed at the kill."""
+    offsets, commits = tmp / "chk" / "offsets", tmp / "chk" / "commits"
+    committed_before = _numbered(commits)
+    end = time.monotonic() + timeout
+    started_at = None
+    delay = rng.uniform(0.0, 4.0) if mode == "pull" else rng.uniform(0.0, 0.2)
+    try:
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                raise AssertionError(f"job exited with {proc.returncode} before the kill point:\n{_tail(log)}")
+            if started_at is None:
+                if b"STARTED" in log.read_bytes():
+                    started_at = time.monotonic()
+                else:
+                    time.sleep(0.05)
+                    continue
+            if mode == "pull":
+                if time.monotonic() - started_at >= delay:
+                    return f"pull +{delay:.2f}s"
+            elif mode == "plan":
+                pending = _numbered(offsets) - _numbered(commits)
+                if pending and max(_numbered(offsets)) > max(committed_before, default=-1):
+                    time.sleep(delay)
+                    return f"plan batch {max(pending)} (+{delay:.2f}s)"
+            else:  # ack
+                new = _numbered(commits) - committed_before
+                if new:
+                    time.sleep(delay)
+                    return f"ack after commit {max(new)} (+{delay:.2f}s)"
+            time.sleep(0.005)
+        raise AssertionError(f"kill point {mode} not reached in {timeout:.0f} s:\n{_tail(log)}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("state", [True, False], ids=["stateDir", "no-stateDir"])
+def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_path, state):
+    rounds = scaled(5, 12, "CRDB_PUBSUB_SIGKILL_ROUNDS")
+    per_round = scaled(1000, 2500)
+    rng = random.Random(SEED + (1 if state else 0))
+    modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
+    rng.shuffle(modes)
+
+    topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
+    log = tmp_path / "job.log"
+    published: list[str] = []
+    kills: list[str] = []
+    for r, mode in enumerate(modes):
+        published += publish_many(emulator_host, topic, (row_body(i) for i in range(r * per_round, (r + 1) * per_round)))
+        proc = _start(emulator_host, sub, tmp_path, log, state=state, available_now=False)
+        kills.append(_kill_at(proc, mode, rng, tmp_path, log))
+
+    # What the last victim held comes back once its leases lapse; then drain the rest.
+    time.sleep(ACK_DEADLINE + 2)
+    final = _start(emulator_host, sub, tmp_path, log, state=state, available_now=True)
+    try:
+        final.wait(timeout=300)
+    finally:
+        if final.poll() is None:
+            os.killpg(final.pid, signal.SIGKILL)
+            final.wait(30)
+    assert final.returncode == 0, _tail(log)
+
+    got = sink_column(tmp_path / "out")["message_id"].to_pylist()
+    lost, duplicated, unexpected = tally(published, got)
+    report(
+        "driver-sigkill" + ("-stateDir" if state else "-no-stateDir"),
+        published=len(published), lost=lost, duplicated=duplicated, kills=len(kills), kill_points=kills,
+        sink_rows=len(got), seed=SEED,
+    )
+    assert not unexpected
+    assert lost == 0, f"{lost} messages lost after kills at {kills}"
+    if state:
+        assert duplicated == 0, f"{duplicated} duplicates with stateDir after kills at {kills}"
