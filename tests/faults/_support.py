@@ -163,6 +163,7 @@ class MetricsSampler:
         self.query = query
         self.interval = interval
         self.samples: list[dict] = []
+        self.batches: dict[int, tuple[str, int, int]] = {}  # batch id -> (timestamp, input rows, trigger ms)
         self._seen_ts: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fault-metrics")
@@ -187,6 +188,8 @@ class MetricsSampler:
                     if ts in self._seen_ts:
                         continue
                     self._seen_ts.add(ts)
+                    dur = (p["durationMs"] or {}).get("triggerExecution", 0)
+                    self.batches[p["batchId"]] = (ts, p["numInputRows"], dur)
                     raw = p["sources"][0].get("latestOffset") if p["sources"] else None
                     if raw:
                         self.samples.append(json.loads(raw))
