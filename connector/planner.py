@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from .ledger import Ledger
@@ -73,6 +74,7 @@ class Planner:
         self._empty_batches = 0
         self._replayed = 0
         self._malformed = 0
+        self._metrics_pool: ThreadPoolExecutor | None = None
         self._last_summary = time.monotonic()
 
     # ---------------------------------------------------------------- lifecycle
@@ -217,15 +219,30 @@ class Planner:
         msgs = [m for b in done for m in self._sealed[b]]
         if msgs:
             if self._malformed_counter is not None:
-                try:
-                    self._malformed += self._malformed_counter(msgs)
-                except Exception:  # noqa: BLE001 - metrics must never block acknowledgement
-                    log.exception("counting malformed messages failed")
+                self._count_malformed_later(msgs)
             assert self._receiver is not None and self._ledger is not None
             self._receiver.ack(msgs)
             self._ledger.acknowledged(done, msgs)
         for b in done:
             del self._sealed[b]
+
+    def _count_malformed_later(self, msgs: list[Received]) -> None:
+        # Spark waits for ``commit``; the count is only a metric, so it runs beside the stream.
+        if self._metrics_pool is None:
+            self._metrics_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crdb-pubsub-metrics")
+        counter = self._malformed_counter
+        assert counter is not None
+
+        def run() -> None:
+            try:
+                n = counter(msgs)
+            except Exception:  # noqa: BLE001 - a metric must never break the stream
+                log.exception("counting malformed messages failed")
+                return
+            with self._lock:
+                self._malformed += n
+
+        self._metrics_pool.submit(run)
 
     def _wait_for_data_or_drain(self, receiver: Receiver) -> None:
         while True:

@@ -145,7 +145,7 @@ def test_progress_reports_receiver_metrics(spark, emulator_host, make_subscripti
     last: dict = {}
     try:
         deadline = time.monotonic() + 60
-        while last.get("acknowledged") != 2 and time.monotonic() < deadline:
+        while (last.get("acknowledged"), last.get("malformed")) != (2, 1) and time.monotonic() < deadline:
             time.sleep(0.5)
             p = q.lastProgress
             if p and p["sources"][0]["latestOffset"]:
