@@ -7,9 +7,9 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    # Every scenario module declares ``pytestmark = [pytest.mark.faults, ...]``; make sure a test
-    # added without it still runs with ``-m faults`` and stays out of ``-m "not faults"``.
+    # Scenario modules declare ``pytestmark = [pytest.mark.faults, ...]``; a scenario added without
+    # it still runs with ``-m faults``. The security checks are ordinary tests of the main suite.
     for item in items:
-        if "tests/faults/" in str(item.fspath).replace("\\", "/") and "test_security" not in item.name and not item.get_closest_marker("faults"):
-            if item.fspath.basename != "test_security.py":
-                item.add_marker(pytest.mark.faults)
+        path = str(item.fspath).replace("\\", "/")
+        if "/tests/faults/" in path and not path.endswith("test_security.py") and not item.get_closest_marker("faults"):
+            item.add_marker(pytest.mark.faults)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import FULL, report, row_body, scaled, sink_column, tally, publish_many
+from ._support import publish_many, report, row_body, scaled, sink_column, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 

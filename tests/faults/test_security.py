@@ -1,0 +1,213 @@
+"""Security checks: credentials never leak; option validation rejects hostile and absurd values.
+
+A throwaway service-account key (a fresh RSA key, never valid anywhere) is built per test. Its
+secrets (PEM body, ``private_key_id``, the key file's path) must not appear in logs of the
+``crdb_pubsub`` loggers, exception messages or tracebacks, ``repr``/``str`` of the options, Spark's
+plan strings, or anything a Spark driver process writes to stdout/stderr. The token URI points at
+a closed local port, so nothing ever leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import traceback
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crdb_pubsub.options import OptionError, parse_options
+
+SUB = "projects/p/subscriptions/sub-x"
+
+
+def _throwaway_key(tmp_path: Path) -> tuple[dict, Path, list[str]]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    key_id = uuid.uuid4().hex
+    info = {
+        "type": "service_account",
+        "project_id": "leak-test",
+        "private_key_id": key_id,
+        "private_key": pem,
+        "client_email": "leak-test@leak-test.iam.gserviceaccount.com",
+        "client_id": "123456789012345678901",
+        "auth_uri": "http://127.0.0.1:9/auth",
+        "token_uri": "http://127.0.0.1:9/token",
+        "auth_provider_x509_cert_url": "http://127.0.0.1:9/certs",
+        "client_x509_cert_url": "http://127.0.0.1:9/x509",
+    }
+    path = tmp_path / f"sa-{uuid.uuid4().hex}.json"
+    path.write_text(json.dumps(info))
+    body = "".join(pem.strip().splitlines()[1:-1])
+    # Several slices of the key body (any one of them in output is a leak), the key id, the
+    # file name (the path is treated as secret too), and the JSON as it would be escaped.
+    needles = [body[i : i + 32] for i in range(64, len(body) - 32, 300)]
+    needles += [key_id, path.name, "BEGIN PRIVATE KEY", json.dumps(pem)[1:40]]
+    return info, path, needles
+
+
+def _assert_clean(text: str, needles: list[str], where: str) -> None:
+    for n in needles:
+        assert n not in text, f"key material {n[:12]}... found in {where}"
+
+
+def _clean_env(monkeypatch) -> None:
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+
+
+@pytest.mark.parametrize("how", ["credentialsJson", "credentialsFile"])
+def test_options_repr_and_errors_hide_credentials(tmp_path, monkeypatch, how):
+    _clean_env(monkeypatch)
+    info, path, needles = _throwaway_key(tmp_path)
+    value = json.dumps(info) if how == "credentialsJson" else str(path)
+    opts = parse_options({"subscription": SUB, how: value})
+    for text in (repr(opts), str(opts), repr(opts.model_dump()), str(opts.model_dump_json())):
+        _assert_clean(text, needles, f"repr of options ({how})")
+    # A bad option next to the credentials: the error names the bad option, not the secret.
+    with pytest.raises(OptionError) as info_exc:
+        parse_options({"subscription": SUB, how: value, "numPartitions": "-1"})
+    _assert_clean(str(info_exc.value) + "".join(traceback.format_exception(info_exc.value)), needles, "OptionError")
+    # Both given: refused, value not shown.
+    with pytest.raises(OptionError) as both:
+        parse_options({"subscription": SUB, "credentialsJson": json.dumps(info), "credentialsFile": str(path)})
+    _assert_clean(str(both.value) + "".join(traceback.format_exception(both.value)), needles, "OptionError")
+    # The reader pickled to executors carries no credentials at all.
+    import pickle
+
+    from crdb_pubsub.datasource import CrdbPubSubStreamReader
+    from crdb_pubsub.schema import spark_schema
+
+    blob = pickle.dumps(CrdbPubSubStreamReader(opts, spark_schema(None)))
+    _assert_clean(blob.decode("latin-1"), needles, "the pickled reader")
+
+
+@pytest.mark.parametrize("how", ["credentialsJson", "credentialsFile"])
+def test_credentials_loading_failures_hide_key_material(tmp_path, monkeypatch, caplog, how):
+    from crdb_pubsub.pubsub import CredentialsError, load_credentials
+
+    _clean_env(monkeypatch)
+    caplog.set_level(logging.DEBUG)
+    info, path, needles = _throwaway_key(tmp_path)
+    # A well-formed key loads (offline: no token is fetched yet).
+    value = json.dumps(info) if how == "credentialsJson" else str(path)
+    assert load_credentials(parse_options({"subscription": SUB, how: value})) is not None
+    # A corrupted key (truncated PEM) fails, and the failure shows none of it.
+    broken = dict(info, private_key=info["private_key"][: len(info["private_key"]) // 2])
+    bad_path = tmp_path / f"broken-{uuid.uuid4().hex}.json"
+    bad_path.write_text(json.dumps(broken))
+    needles = needles + [bad_path.name]
+    bad_value = json.dumps(broken) if how == "credentialsJson" else str(bad_path)
+    missing = str(tmp_path / f"missing-{uuid.uuid4().hex}.json")
+    cases = [bad_value, json.dumps(broken)[:-3]] if how == "credentialsJson" else [bad_value, missing]
+    needles.append(Path(missing).name)
+    for v in cases:
+        with pytest.raises(CredentialsError) as exc:
+            load_credentials(parse_options({"subscription": SUB, how: v}))
+        _assert_clean("".join(traceback.format_exception(exc.value)), needles, f"CredentialsError ({how})")
+    _assert_clean(caplog.text, needles, "crdb_pubsub logs")
+
+
+def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, caplog):
+    """The whole driver path (options -> credentials -> client -> first RPC) with a key whose
+    token exchange fails: the ReceiverError and the logs carry no key material."""
+    from crdb_pubsub.planner import _make_receiver
+    from crdb_pubsub.receiver import ReceiverError
+
+    _clean_env(monkeypatch)
+    caplog.set_level(logging.DEBUG)
+    info, path, needles = _throwaway_key(tmp_path)
+    # (One variant: each start waits out the receiver's 15 s start timeout; credentialsFile
+    # shares everything after loading, which the test above covers.)
+    for opts in (parse_options({"subscription": SUB, "credentialsJson": json.dumps(info)}),):
+        receiver = _make_receiver(opts)
+        with pytest.raises(Exception) as exc:
+            receiver.start()
+        assert isinstance(exc.value, ReceiverError), repr(exc.value)
+        _assert_clean("".join(traceback.format_exception(exc.value)), needles, "ReceiverError")
+    _assert_clean(caplog.text, needles, "logs")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["credentialsJson", "credentialsFile"])
+def test_spark_driver_output_and_plans_hide_credentials(tmp_path, how):
+    """A real Spark driver (own process, INFO logs): plan strings, the failed query's exception
+    and everything on its stdout/stderr are free of key material."""
+    info, path, needles = _throwaway_key(tmp_path)
+    job = Path(__file__).with_name("leak_job.py")
+    cmd = [sys.executable, str(job), "--subscription", SUB, "--checkpoint", str(tmp_path / "chk")]
+    cmd += ["--credentials-json-file", str(path)] if how == "credentialsJson" else ["--credentials-file", str(path)]
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    text = out.stdout + out.stderr
+    assert "PLAN" in out.stdout and "QUERY FAILED" in out.stdout, text[-3000:]
+    _assert_clean(text, needles, f"the Spark driver's output ({how})")
+
+
+# ----------------------------------------------------------------------------- option validation
+
+
+@pytest.mark.parametrize("option, value", [
+    ("subscription", "projects/p/subscriptions/sub-x\n"),
+    ("subscription", "sub-x\x00"),
+    ("projectId", "proj\r\nX-Injected: 1"),
+    ("emulatorHost", "127.0.0.1:8085\t"),
+    ("stateDir", "/tmp/state\x1b[31m"),
+    ("topic", "topic-x\x7f"),
+    ("rowSchema", "a INT\x00"),
+])
+def test_control_characters_are_rejected(option, value):
+    raw = {"subscription": SUB, "projectId": "p", option: value}
+    with pytest.raises(OptionError, match="control characters"):
+        parse_options(raw)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("maxOutstandingMessages", "-1"),
+    ("maxOutstandingMessages", "0"),
+    ("maxOutstandingBytes", "-1"),
+    ("maxOutstandingBytes", "1024"),  # below 64 KiB: could not hold one ordinary pull
+    ("maxMessagesPerTrigger", "0"),
+    ("maxMessagesPerTrigger", "-5"),
+    ("maxBytesPerTrigger", "-1"),
+    ("numPartitions", "0"),
+    ("numPartitions", "-1"),
+    ("numPartitions", "1000000"),
+    ("maxLeaseDurationSeconds", "-1"),
+    ("ackDeadlineSeconds", "0"),
+    ("ackDeadlineSeconds", "-10"),
+    ("ackDeadlineSeconds", "601"),
+    ("ackDeadlineSeconds", "9"),  # real service: 10-600
+    ("ackDeadlineSeconds", "1"),
+    ("maxOutstandingMessages", "1e3"),
+    ("maxOutstandingMessages", "99999999999999999999"),
+])
+def test_absurd_values_are_rejected_against_the_real_service(monkeypatch, option, value):
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match=option):
+        parse_options({"subscription": SUB, option: value})
+
+
+@pytest.mark.parametrize("value", ["10", "60", "600"])
+def test_real_service_ack_deadlines_accepted(monkeypatch, value):
+    _clean_env(monkeypatch)
+    assert parse_options({"subscription": SUB, "ackDeadlineSeconds": value}).ackDeadlineSeconds == int(value)
+
+
+def test_emulator_accepts_short_ack_deadlines_but_not_beyond_600(monkeypatch):
+    _clean_env(monkeypatch)
+    assert parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "1"}).ackDeadlineSeconds == 1
+    for bad in ("0", "601"):
+        with pytest.raises(OptionError, match="ackDeadlineSeconds"):
+            parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": bad})
+    with pytest.raises(OptionError, match="maxLeaseDurationSeconds"):
+        parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "60",
+                       "maxLeaseDurationSeconds": "30"})
