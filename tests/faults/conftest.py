@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Scenario modules declare ``pytestmark = [pytest.mark.faults, ...]``; a scenario added without
     # it still runs with ``-m faults``. The security checks are ordinary tests of the main suite.

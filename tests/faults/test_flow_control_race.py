@@ -15,7 +15,11 @@ from google.api_core import exceptions as gexc
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 
+import pytest
+
 from crdb_pubsub.receiver import Receiver
+
+pytestmark = pytest.mark.faults
 
 SUB = "projects/p/subscriptions/sub-race"
 
