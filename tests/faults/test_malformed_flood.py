@@ -127,6 +127,9 @@ def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(spark, emu
         with MetricsSampler(q) as sampler:
             wait_until(lambda: sampler.last().get("acknowledged", 0) >= len(ids), 600,
                        what="every message acknowledged")
+            # The malformed count is taken beside the stream, after the commit: let it catch up.
+            wait_until(lambda: sampler.last().get("malformed", 0) >= len(bad_ids), 60,
+                       what="the malformed metric to count every hostile message")
     finally:
         q.stop()
     last = sampler.last()
