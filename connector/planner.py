@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,6 +101,7 @@ class Planner:
             )
             receiver.start(create_on_topics=self._opts.topic_paths or None)
             self._ledger, self._receiver = ledger, receiver
+            _hand_back_on_sigterm(receiver)
             return receiver
 
     def stop(self) -> None:
@@ -262,6 +265,28 @@ class Planner:
             return
         self._last_summary = now
         log.info("crdb_pubsub source: %s", self.report())
+
+
+def _hand_back_on_sigterm(receiver: Receiver) -> None:
+    """Spark stops a query by SIGTERMing this process (``stop()`` is not called): before dying,
+    send the acknowledgements already due and hand held messages back, so that the next run gets
+    them at once instead of after their lease. Only possible from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    handling = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if handling.is_set():  # a second SIGTERM while handing back: the first one finishes
+            return
+        handling.set()
+        try:
+            receiver.hand_back()
+        finally:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _make_receiver(options: "SourceOptions") -> Receiver:

@@ -348,6 +348,12 @@ class Receiver:
         to_nack: list[str] = []
         with self._changed:
             self._reserved -= reserved
+            if self._stop.is_set():
+                # Stopping: whatever a last Pull brought goes straight back.
+                to_nack_now = [r.ack_id for r in fresh]
+                fresh = []
+            else:
+                to_nack_now = []
             kept: list[Received] = []
             for r in fresh:
                 key = (sub, r.message_id)
@@ -383,8 +389,8 @@ class Receiver:
             self._changed.notify_all()
         if to_ack:
             self._ack_ids(sub, to_ack)
-        if to_nack:
-            self._modack(sub, to_nack, 0)
+        if to_nack or to_nack_now:
+            self._modack(sub, to_nack + to_nack_now, 0)
 
     def _note_empty(self, sub: str) -> None:
         with self._changed:
@@ -420,6 +426,8 @@ class Receiver:
         now = self._clock()
         due: list[tuple[str, list[str]]] = []
         with self._changed:
+            if self._stop.is_set():
+                return
             live_groups = []
             for g in self._groups:
                 live = [m for m in g.messages if not m.done]
@@ -478,12 +486,12 @@ class Receiver:
 
     # ------------------------------------------------------------------ RPCs
 
-    def _modack(self, sub: str, ack_ids: Sequence[str], seconds: int) -> None:
+    def _modack(self, sub: str, ack_ids: Sequence[str], seconds: int, *, timeout: float = RPC_TIMEOUT_SECONDS) -> None:
         for chunk in chunk_ack_ids(ack_ids):
             try:
                 self._client.modify_ack_deadline(
                     request={"subscription": sub, "ack_ids": chunk, "ack_deadline_seconds": seconds},
-                    timeout=RPC_TIMEOUT_SECONDS,
+                    timeout=timeout,
                 )
             except Exception as exc:  # noqa: BLE001 - a lost lease means a redelivery, not a loss
                 log.warning("modifyAckDeadline(%d s) of %d ids on %s failed: %s", seconds, len(chunk), sub, exc)
@@ -596,14 +604,30 @@ class Receiver:
         for sub, ids in group_by_subscription(pairs).items():
             self._modack(sub, ids, 0)
 
-    def nack_all(self) -> None:
+    def nack_all(self, *, timeout: float = RPC_TIMEOUT_SECONDS) -> None:
         """Give every held and deferred message back to Pub/Sub for immediate redelivery."""
         with self._changed:
             pairs = [(r.sub, a) for r in self._held.values() for a in r.ack_ids()]
             pairs += [(r.sub, r.ack_id) for r in self._deferred]
             self._deferred = []
         for sub, ids in group_by_subscription(pairs).items():
-            self._modack(sub, ids, 0)
+            self._modack(sub, ids, 0, timeout=timeout)
+
+    def hand_back(self, timeout: float = 3.0) -> None:
+        """Last words of a process being terminated: send queued acks, then nack everything held.
+
+        Bounded by ``timeout`` per step so that Spark's kill is not held up. Whatever is not
+        handed back is redelivered when its lease lapses, as after a crash.
+        """
+        self._stop.set()
+        # Pullers and the leaser must be done first: a Pull or a lease extension landing after
+        # the nack would take the messages back for a whole lease.
+        end = self._clock() + PULL_TIMEOUT_SECONDS + 1
+        for t in self._threads:
+            if t.name != "crdb-pubsub-acker":
+                t.join(timeout=max(0.0, end - self._clock()))
+        self.flush_acks(timeout)
+        self.nack_all(timeout=timeout)
 
     def _prune_recent(self) -> None:
         now = self._clock()

@@ -199,3 +199,28 @@ def test_unreachable_emulator_fails_the_query_quickly(spark, tmp_path: Path):
     with pytest.raises(Exception, match="cannot reach Pub/Sub"):
         q.awaitTermination(90)
     assert time.monotonic() - t0 < 60
+
+
+def test_stopped_query_hands_held_messages_back_at_once(spark, emulator_host, make_subscription, publish, tmp_path: Path):
+    # A 60 s lease: without the hand-back the messages would stay invisible for a minute.
+    topic, sub = make_subscription(ack_deadline_seconds=60)
+    ids = publish(topic, [f'{{"resolved":"{i}.0000000000"}}'.encode() for i in range(50)])
+    started = tmp_path / "started"
+
+    def stuck_sink(batch_df, batch_id):
+        if batch_df.count():
+            started.write_text("x")
+            time.sleep(20)  # stop() waits for this (a foreachBatch can't be interrupted), 40 s before the lease ends
+
+    df = _reader(spark, emulator_host, sub, ackDeadlineSeconds=60)
+    q = df.writeStream.foreachBatch(stuck_sink).option("checkpointLocation", str(tmp_path / "chk")).start()
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert started.exists()
+    q.stop()
+    got: set[str] = set()
+    deadline = time.monotonic() + 15
+    while got != set(ids) and time.monotonic() < deadline:
+        got |= set(pull_ids(emulator_host, sub, timeout=1.0))
+    assert got == set(ids), f"{len(set(ids) - got)} messages still leased by the stopped query"
