@@ -418,6 +418,13 @@ def _ops_from(after: bytes | None, before_present: bool, before: bytes | None) -
     return "u"
 
 
+def _with_commit_time(row: Row) -> Row:
+    """commit_time from the row's HLC: ``updated`` when present, else ``mvcc_timestamp``."""
+    stamp = row.updated or row.mvcc_timestamp
+    row.commit_us = hlc_to_micros(stamp) if stamp else None
+    return row
+
+
 def _wrapped(d: dict[str, bytes], ctx: Context) -> Row:
     row = Row("row", "wrapped")
     after = _object_or_null(d, "after", "")
@@ -429,9 +436,7 @@ def _wrapped(d: dict[str, bytes], ctx: Context) -> Row:
     row.topic = _string(d, "topic", "")
     row.updated = _hlc(d, "updated", "")
     row.mvcc_timestamp = _hlc(d, "mvcc_timestamp", "")
-    stamp = row.updated or row.mvcc_timestamp
-    row.commit_us = hlc_to_micros(stamp) if stamp else None
-    return row
+    return _with_commit_time(row)
 
 
 def _bare(d: dict[str, bytes], meta: dict[str, bytes], envelope: str) -> Row:
@@ -445,9 +450,7 @@ def _bare(d: dict[str, bytes], meta: dict[str, bytes], envelope: str) -> Row:
     row.topic = _string(meta, "topic", "__crdb__.")
     row.updated = _hlc(meta, "updated", "__crdb__.")
     row.mvcc_timestamp = _hlc(meta, "mvcc_timestamp", "__crdb__.")
-    stamp = row.updated or row.mvcc_timestamp
-    row.commit_us = hlc_to_micros(stamp) if stamp else None
-    return row
+    return _with_commit_time(row)
 
 
 def _webhook(d: dict[str, bytes], ctx: Context) -> list[Row]:
