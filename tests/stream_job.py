@@ -12,6 +12,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve()
+
+
+def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool, available_now: bool,
+                ack_deadline: int = 5, max_per_trigger: int = 250) -> list[str]:
+    """The command line that runs this job with its checkpoint/output/state under ``tmp``."""
+    cmd = [sys.executable, str(SCRIPT), "--emulator-host", emulator_host, "--subscription", subscription,
+           "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ack_deadline),
+           "--max-per-trigger", str(max_per_trigger)]
+    if state:
+        cmd += ["--state-dir", str(tmp / "state")]
+    if available_now:
+        cmd.append("--available-now")
+    return cmd
 
 
 def main() -> int:

@@ -7,26 +7,20 @@ import collections
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from stream_job import job_command
+
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-JOB = Path(__file__).with_name("stream_job.py")
 ACK_DEADLINE = 5
 
 
 def _job(emulator_host: str, sub: str, tmp: Path, *, state: bool, available_now: bool) -> subprocess.Popen:
-    cmd = [sys.executable, str(JOB), "--emulator-host", emulator_host, "--subscription", sub,
-           "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ACK_DEADLINE),
-           "--max-per-trigger", "250"]
-    if state:
-        cmd += ["--state-dir", str(tmp / "state")]
-    if available_now:
-        cmd.append("--available-now")
+    cmd = job_command(emulator_host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE)
     # Its own session: SIGKILL to the group takes the JVM and its Python workers down at once,
     # as a crashed driver machine would.
     return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -18,29 +18,23 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from stream_job import job_command
+
 from ._support import publish_many, report, row_body, scaled, sink_column, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
-JOB = Path(__file__).resolve().parent.parent / "stream_job.py"
 ACK_DEADLINE = 5
 SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
 def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool) -> subprocess.Popen:
-    cmd = [sys.executable, str(JOB), "--emulator-host", host, "--subscription", sub,
-           "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ACK_DEADLINE),
-           "--max-per-trigger", "250"]
-    if state:
-        cmd += ["--state-dir", str(tmp / "state")]
-    if available_now:
-        cmd.append("--available-now")
+    cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE)
     fh = open(log, "ab")
     try:
         return subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
