@@ -425,17 +425,26 @@ def _with_commit_time(row: Row) -> Row:
     return row
 
 
-def _wrapped(d: dict[str, bytes], ctx: Context) -> Row:
-    row = Row("row", "wrapped")
+def _fill_images_and_meta(row: Row, d: dict[str, bytes], ctx: Context) -> tuple[bytes | None, bytes | None]:
+    """The fields wrapped and enriched values share: row images, key, topic and HLC timestamps.
+
+    Returns the raw ``after``/``before`` so the caller can derive the op from them.
+    """
     after = _object_or_null(d, "after", "")
     before = _object_or_null(d, "before", "")
-    row.op = _ops_from(after, "before" in d, before)
     row.after = _convert(after, ctx, "after")
     row.before = _convert(before, ctx, "before")
     row.key = _key_text(d.get("key"), "`key`")
     row.topic = _string(d, "topic", "")
     row.updated = _hlc(d, "updated", "")
     row.mvcc_timestamp = _hlc(d, "mvcc_timestamp", "")
+    return after, before
+
+
+def _wrapped(d: dict[str, bytes], ctx: Context) -> Row:
+    row = Row("row", "wrapped")
+    after, before = _fill_images_and_meta(row, d, ctx)
+    row.op = _ops_from(after, "before" in d, before)
     return _with_commit_time(row)
 
 
@@ -499,14 +508,7 @@ def _enriched(d: dict[str, bytes], ctx: Context) -> Row:
     if op not in _ENRICHED_OPS:
         raise Bad(f"enriched `op` must be one of c, u, d, r; got {op!r}")
     row.op = op
-    after = _object_or_null(d, "after", "")
-    before = _object_or_null(d, "before", "")
-    row.after = _convert(after, ctx, "after")
-    row.before = _convert(before, ctx, "before")
-    row.key = _key_text(d.get("key"), "`key`")
-    row.topic = _string(d, "topic", "")
-    row.updated = _hlc(d, "updated", "")
-    row.mvcc_timestamp = _hlc(d, "mvcc_timestamp", "")
+    _fill_images_and_meta(row, d, ctx)
     source_raw = _object_or_null(d, "source", "")
     source: dict[str, bytes] = {}
     if source_raw is not None:
