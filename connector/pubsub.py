@@ -81,7 +81,7 @@ def subscriber_client(emulator_host: str | None, credentials: "Credentials | Non
     from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
     if emulator_host:
-        return SubscriberClient(transport=SubscriberGrpcTransport(channel=_insecure_channel(emulator_host)))
+        return SubscriberClient(transport=SubscriberGrpcTransport(channel=insecure_channel(emulator_host)))
     # The GAPIC transport already lifts gRPC's message-size limits for Pub/Sub.
     return SubscriberClient(credentials=credentials)
 
@@ -92,7 +92,7 @@ def publisher_client(emulator_host: str | None, credentials: "Credentials | None
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
     if emulator_host:
-        return PublisherClient(transport=PublisherGrpcTransport(channel=_insecure_channel(emulator_host)))
+        return PublisherClient(transport=PublisherGrpcTransport(channel=insecure_channel(emulator_host)))
     return PublisherClient(credentials=credentials)
 
 
@@ -101,11 +101,11 @@ def publisher_client(emulator_host: str | None, credentials: "Credentials | None
 _GRPC_OPTIONS = (
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
-    ("grpc.keepalive_time_ms", 30_000),
 )
 
 
-def _insecure_channel(host_port: str):
+def insecure_channel(host_port: str):
+    """Plaintext gRPC channel to an emulator, with Pub/Sub's message-size limits lifted."""
     import grpc
 
     return grpc.insecure_channel(host_port, options=_GRPC_OPTIONS)

@@ -15,12 +15,11 @@ from google.cloud import pubsub_v1
 from google.pubsub_v1.services.publisher.transports.grpc import PublisherGrpcTransport
 from google.pubsub_v1.services.subscriber.transports.grpc import SubscriberGrpcTransport
 
-# Same unlimited message sizes the library configures for its own emulator channel.
-_CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-
-
 def _channel(host_port: str) -> grpc.Channel:
-    return grpc.insecure_channel(host_port, options=_CHANNEL_OPTIONS)
+    # One channel recipe for the whole package: the source's receiver builds its own the same way.
+    from crdb_pubsub.pubsub import insecure_channel
+
+    return insecure_channel(host_port)
 
 
 def publisher_client(host_port: str, *,
