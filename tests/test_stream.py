@@ -31,6 +31,18 @@ def _reader(spark, emulator_host: str, sub: str, **options):
     return r.load()
 
 
+def _poll_metrics(query, done, *, timeout: float) -> dict:
+    """The source's progress metrics, polled until ``done(metrics)`` or ``timeout`` (then the last seen)."""
+    metrics: dict = {}
+    deadline = time.monotonic() + timeout
+    while not done(metrics) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        progress = query.lastProgress
+        if progress and progress["sources"][0]["latestOffset"]:
+            metrics = json.loads(progress["sources"][0]["latestOffset"])
+    return metrics
+
+
 def test_available_now_drains_backlog_into_parquet_and_acks_everything(
     spark, emulator_host, make_subscription, publish, tmp_path: Path
 ):
@@ -117,14 +129,8 @@ def test_slow_sink_beyond_ack_deadline_sees_no_redelivery(spark, emulator_host, 
     df = _reader(spark, emulator_host, sub, ackDeadlineSeconds=3, maxMessagesPerTrigger=100)
     q = df.writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "chk")).start()
     try:
-        deadline = time.monotonic() + 120
-        metrics: dict = {}
         # The last batch is acknowledged once it finished and the (empty) batch after it is planned.
-        while metrics.get("acknowledged", 0) < 300 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            progress = q.lastProgress
-            if progress and progress["sources"][0]["latestOffset"]:
-                metrics = json.loads(progress["sources"][0]["latestOffset"])
+        metrics = _poll_metrics(q, lambda m: m.get("acknowledged", 0) >= 300, timeout=120)
     finally:
         q.stop()
     assert sorted(seen) == sorted(ids), "a message was redelivered (duplicate) or lost"
@@ -142,14 +148,8 @@ def test_progress_reports_receiver_metrics(spark, emulator_host, make_subscripti
     q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk")).start()
     # Spark asks for the report when it plans a batch, just before it commits the previous one,
     # so counters trail by one planning step; an idle query keeps reporting.
-    last: dict = {}
     try:
-        deadline = time.monotonic() + 60
-        while (last.get("acknowledged"), last.get("malformed")) != (2, 1) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            p = q.lastProgress
-            if p and p["sources"][0]["latestOffset"]:
-                last = json.loads(p["sources"][0]["latestOffset"])
+        last = _poll_metrics(q, lambda m: (m.get("acknowledged"), m.get("malformed")) == (2, 1), timeout=60)
     finally:
         q.stop()
     for key in ("received", "inFlight", "acknowledged", "leasesExtended", "redeliveriesDropped", "malformed", "oldestUnackedAgeSeconds"):
