@@ -16,21 +16,15 @@ import json
 import os
 import shutil
 import sys
-from typing import Any, NoReturn, Sequence, TextIO
+from typing import Any, Sequence, TextIO
+
+# The emulator's command line is part of this one: one parser flavour, one usage error.
+from crdb_pubsub.emulator.__main__ import OneLineErrorParser as _Parser
+from crdb_pubsub.emulator.__main__ import UsageError
 
 __all__ = ["main", "build_parser", "tail"]
 
 PROG = "crdb-pubsub"
-
-
-class UsageError(Exception):
-    """A mistake in how a command was called (exit code 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line instead of argparse's usage dump; --help has the details.
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _positive_int(text: str) -> int:

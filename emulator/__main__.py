@@ -24,7 +24,9 @@ class UsageError(Exception):
     """A mistake in how the command was called (exit code 2)."""
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse with a one-line error (exit 2) instead of the usage dump; shared by the CLIs."""
+
     def error(self, message: str) -> NoReturn:
         # One line instead of argparse's usage dump; --help has the details.
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -60,7 +62,7 @@ def _add_start_options(p: argparse.ArgumentParser) -> None:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``start``/``env``/``stop``/``run`` subcommands to ``parser`` (for embedding CLIs)."""
-    sub = parser.add_subparsers(dest="command", metavar="{start,env,stop,run}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{start,env,stop,run}", parser_class=OneLineErrorParser)
     sub.required = True
     p = sub.add_parser("start", help="start a detached emulator and print its export line",
                        description="Start the emulator in the background (its own session), record it in "
@@ -167,7 +169,7 @@ def dispatch(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``python -m crdb_pubsub.emulator``; returns the exit code."""
-    parser = _Parser(prog="python -m crdb_pubsub.emulator",
+    parser = OneLineErrorParser(prog="python -m crdb_pubsub.emulator",
                      description="Start, stop and locate the Google Cloud Pub/Sub emulator.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log backend choice and timings")
     configure_parser(parser)
