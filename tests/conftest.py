@@ -108,3 +108,25 @@ def pull_ids(host_port: str, subscription: str, *, timeout: float = 2.0, max_mes
         return []
     finally:
         sub.close()
+
+
+def publish_simulated(host_port: str, project: str, sim, stem: str, n_rows: int, **publish_kw):
+    """Publish ``n_rows`` of ``sim``'s traffic to per-test copies of its topics (``<stem>-<topic>``),
+    each with a subscription made first; returns ``(subscription_paths, PublishReport)``."""
+    from crdb_pubsub.emulator import create_topic_and_subscription
+    from crdb_pubsub.simulator import make_publisher
+
+    subs = [
+        create_topic_and_subscription(host_port, project, f"{stem}-{t}", f"{stem}-{t}-sub", ack_deadline_seconds=30)[1]
+        for t in sim.topics()
+    ]
+    # The simulator publishes to its own topic ids; renaming them keeps tests isolated.
+    publisher = make_publisher(host_port)
+    real_topic_path = publisher.topic_path
+    publisher.topic_path = lambda proj, topic: real_topic_path(proj, f"{stem}-{topic}")
+    try:
+        report = sim.publish(publisher, project, n_rows, create_topics=False, **publish_kw)
+    finally:
+        publisher.stop()
+        publisher.transport.close()
+    return subs, report

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import publish_simulated
 
 from crdb_pubsub.apply import (
     apply_batch,
@@ -171,29 +171,13 @@ def test_schema_is_inferred_once_with_decimals(spark, tmp_path: Path):
 ])
 def test_stream_apply_equals_ground_truth(spark, emulator_host, tmp_path: Path, envelope, shuffle_window,
                                           duplicate_fraction):
-    from crdb_pubsub.emulator import create_topic_and_subscription
-    from crdb_pubsub.simulator import ChangefeedSimulator, make_publisher
+    from crdb_pubsub.simulator import ChangefeedSimulator
 
-    project = "test-project"
     kw = {"enriched_properties": "source"} if envelope == "enriched" else {"diff": True}
     sim = ChangefeedSimulator(seed=11, envelope=envelope, updated=True, resolved_every=100,
                               mix=(0.45, 0.35, 0.2), **kw)
-    stem = f"apply-{envelope}-{next(_ids)}"
-    subs = []
-    for topic in sim.topics():
-        _, sub = create_topic_and_subscription(emulator_host, project, f"{stem}-{topic}", f"{stem}-{topic}-sub",
-                                               ack_deadline_seconds=30)
-        subs.append(sub)
-    # Topic ids must be the simulator's; publish through a renaming shim keeps tests isolated.
-    publisher = make_publisher(emulator_host)
-    real_topic_path = publisher.topic_path
-    publisher.topic_path = lambda proj, topic: real_topic_path(proj, f"{stem}-{topic}")
-    try:
-        report = sim.publish(publisher, project, 1500, create_topics=False, shuffle_window=shuffle_window,
-                             duplicate_fraction=duplicate_fraction)
-    finally:
-        publisher.stop()
-        publisher.transport.close()
+    subs, report = publish_simulated(emulator_host, "test-project", sim, f"apply-{envelope}-{next(_ids)}", 1500,
+                                     shuffle_window=shuffle_window, duplicate_fraction=duplicate_fraction)
     assert report.duplicates > 0
 
     schemas = simulator_schemas()

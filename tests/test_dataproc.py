@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import publish_simulated
 
 from crdb_pubsub.apply import compare_to_ground_truth, simulator_schemas
 
@@ -41,24 +42,11 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def test_streaming_job_via_spark_submit_with_the_wheel(spark, emulator_host, wheel, tmp_path: Path):
-    from crdb_pubsub.emulator import create_topic_and_subscription
-    from crdb_pubsub.simulator import ChangefeedSimulator, make_publisher
+    from crdb_pubsub.simulator import ChangefeedSimulator
 
     sim = ChangefeedSimulator(seed=5, updated=True, diff=True, resolved_every=50)
     stem = f"dp-{tmp_path.name[-12:]}".replace("_", "-")
-    subs = []
-    for topic in sim.topics():
-        _, sub = create_topic_and_subscription(emulator_host, PROJECT, f"{stem}-{topic}", f"{stem}-{topic}-sub",
-                                               ack_deadline_seconds=30)
-        subs.append(sub)
-    publisher = make_publisher(emulator_host)
-    real = publisher.topic_path
-    publisher.topic_path = lambda proj, topic: real(proj, f"{stem}-{topic}")
-    try:
-        report = sim.publish(publisher, PROJECT, 600, create_topics=False, shuffle_window=20, duplicate_fraction=0.03)
-    finally:
-        publisher.stop()
-        publisher.transport.close()
+    subs, report = publish_simulated(emulator_host, PROJECT, sim, stem, 600, shuffle_window=20, duplicate_fraction=0.03)
 
     state_dir, checkpoint = tmp_path / "state", tmp_path / "checkpoint"
     env = {k: v for k, v in os.environ.items() if k != "PUBSUB_EMULATOR_HOST"}
