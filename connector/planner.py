@@ -281,7 +281,7 @@ def _hand_back_on_sigterm(receiver: Receiver) -> None:
             return
         handling.set()
         try:
-            receiver.stop(nack=True, timeout=3.0)  # Spark won't wait long
+            receiver.hand_back()
         finally:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)

@@ -15,8 +15,7 @@ Pieces, in the spirit of python-pubsub's subscriber internals:
 * **dedupe**: a redelivery of a held message only adds its new ack id to that message; a redelivery
   of a message acknowledged within the dedupe window is acknowledged again and dropped;
 * the **acker** thread sends Acknowledge requests queued by :meth:`Receiver.ack`, so a commit does
-  not wait for them; :meth:`Receiver.flush_acks` waits until they are sent (and :meth:`Receiver.stop`
-  does too).
+  not wait for them; :meth:`Receiver.flush_acks` waits until they are sent.
 
 Nothing is acknowledged here unless the caller (the micro-batch planner, after Spark committed the
 batch) asks for it.
@@ -209,25 +208,17 @@ class Receiver:
             t.start()
             self._threads.append(t)
 
-    def stop(self, *, nack: bool = True, timeout: float = RPC_TIMEOUT_SECONDS) -> None:
-        """Stop the threads, send the acknowledgements already queued, and with ``nack`` hand every
-        held message back to Pub/Sub for immediate redelivery.
-
-        ``timeout`` bounds each RPC step (a process being killed passes a short one); whatever is
-        not handed back is redelivered when its lease lapses, as after a crash.
-        """
+    def stop(self, *, nack: bool = True) -> None:
+        """Stop the threads; with ``nack`` hand every held message back to Pub/Sub right away."""
         self._stop.set()
         with self._changed:
             self._changed.notify_all()
-        # Pullers and the leaser must be done first: a Pull or a lease extension landing after
-        # the nack would take the messages back for a whole lease.
-        end = self._clock() + PULL_TIMEOUT_SECONDS + 1
+        # Join first: a Pull in flight may still deliver messages, which must be handed back too.
+        # The acker drains its queue before it exits, so committed work is still acknowledged.
         for t in self._threads:
-            if t.name != "crdb-pubsub-acker":
-                t.join(timeout=max(0.0, end - self._clock()))
-        self.flush_acks(timeout)
+            t.join(timeout=PULL_TIMEOUT_SECONDS + RPC_TIMEOUT_SECONDS)
         if nack:
-            self.nack_all(timeout=timeout)
+            self.nack_all()
 
     def _check_subscription(self, sub: str, topic: str | None) -> int:
         from google.api_core import exceptions as gexc
@@ -621,6 +612,22 @@ class Receiver:
             self._deferred = []
         for sub, ids in group_by_subscription(pairs).items():
             self._modack(sub, ids, 0, timeout=timeout)
+
+    def hand_back(self, timeout: float = 3.0) -> None:
+        """Last words of a process being terminated: send queued acks, then nack everything held.
+
+        Bounded by ``timeout`` per step so that Spark's kill is not held up. Whatever is not
+        handed back is redelivered when its lease lapses, as after a crash.
+        """
+        self._stop.set()
+        # Pullers and the leaser must be done first: a Pull or a lease extension landing after
+        # the nack would take the messages back for a whole lease.
+        end = self._clock() + PULL_TIMEOUT_SECONDS + 1
+        for t in self._threads:
+            if t.name != "crdb-pubsub-acker":
+                t.join(timeout=max(0.0, end - self._clock()))
+        self.flush_acks(timeout)
+        self.nack_all(timeout=timeout)
 
     def _prune_recent(self) -> None:
         now = self._clock()
