@@ -1,0 +1,63 @@
+"""Fixtures for the source's tests: a fake Pub/Sub behind the source's client factory, and readers
+built the way Spark builds them (``DataSource(options).streamReader(schema)``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pytest
+
+from fake_pubsub import FakePubSub
+
+FAKE_HOST = "127.0.0.1:1"  # never dialled: the client factory is replaced by the fake
+
+
+@pytest.fixture
+def fake(monkeypatch) -> FakePubSub:
+    """A :class:`FakePubSub` that every reader built in the test talks to."""
+    import crdb_pubsub.pubsub as transport
+
+    service = FakePubSub()
+    monkeypatch.setattr(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
+    return service
+
+
+def build_reader(subscription: str, **options: Any) -> Any:
+    """A stream reader as Spark builds it in the driver: options validated at load()."""
+    from crdb_pubsub.datasource import CrdbPubSubDataSource
+
+    opts = {"subscription": subscription, "emulatorHost": FAKE_HOST}
+    opts.update({k: str(v) for k, v in options.items()})
+    ds = CrdbPubSubDataSource(opts)
+    return ds.streamReader(ds.schema())
+
+
+@pytest.fixture
+def make_reader() -> Callable[..., Any]:
+    readers: list[Any] = []
+
+    def make(subscription: str, **options: Any) -> Any:
+        r = build_reader(subscription, **options)
+        readers.append(r)
+        return r
+
+    yield make
+    for r in readers:
+        try:
+            r.stop()
+        except Exception:  # noqa: BLE001 - a reader a test already stopped
+            pass
+
+
+def until(cond: Callable[[], bool], timeout: float, what: str, step: Callable[[], Any] | None = None) -> None:
+    """Poll ``cond`` (running ``step`` between polls) until true, or fail naming ``what``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        if step is not None:
+            step()
+        else:
+            time.sleep(0.05)
+    assert cond(), f"timed out after {timeout:.0f} s waiting for {what}"

@@ -1,0 +1,120 @@
+"""The offset protocol under each Spark version's call order: acknowledge only what Spark committed.
+
+Spark's calls are played in-process by ``spark_calls.SparkCalls`` (the orders seen on pyspark
+4.0.5, 4.1.4, 4.2.1 and 4.3.0) against a reader built as Spark builds it, talking to the fake
+Pub/Sub. A "restart" is a new reader (a new driver-side process) on the same offset and commit
+logs, after the old reader was stopped the way Spark stops it.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from spark_calls import Logs, SparkCalls, ids_of
+
+from .conftest import until
+
+SUB = "projects/p/subscriptions/offsets"
+
+
+def body(i: int) -> bytes:
+    return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode()
+
+
+class SinkFails(RuntimeError):
+    pass
+
+
+def _run_until_batches(s: SparkCalls, n: int, timeout: float = 30.0, sink=None) -> None:
+    """Trigger until ``n`` non-empty batches reached the sink."""
+    until(lambda: sum(1 for _, b in s.batches if ids_of(b)) >= n, timeout, f"{n} non-empty batches",
+          step=lambda: s.trigger(sink))
+
+
+def _fail_next_nonempty(state: dict):
+    def sink(batch_id, batches):
+        got = ids_of(batches)
+        if got and not state.get("failed"):
+            state["failed"] = got
+            raise SinkFails("sink fails on purpose")
+    return sink
+
+
+@pytest.mark.parametrize("version", ["4.0", "4.1", "4.3"])
+def test_restart_replays_the_batch_whose_sink_failed(fake, make_reader, tmp_path, version):
+    """Scenario 1 (loss on 4.0/4.1): after a failed sink and a restart with stateDir, Spark 4.0/4.1
+    first call ``partitions(X, X)`` for the uncommitted batch X; that must not acknowledge X, and
+    the replay ``partitions(X-1, X)`` must yield X's messages again."""
+    fake.create_subscription(SUB, ack_deadline=10)
+    ids = fake.publish(SUB, [body(i) for i in range(300)])
+    opts = dict(stateDir=tmp_path / "state", maxMessagesPerTrigger=100, ackDeadlineSeconds=10)
+    logs = Logs()
+
+    first = SparkCalls(make_reader(SUB, **opts), logs, version)
+    first.start()
+    _run_until_batches(first, 1)
+    state: dict = {}
+    with pytest.raises(SinkFails):
+        until(lambda: "failed" in state, 30, "a failing batch", step=lambda: first.trigger(_fail_next_nonempty(state)))
+    first.reader.stop()  # Spark stops the failed query's driver-side reader
+    assert not set(state["failed"]) & set(fake.acked(SUB)), "the failed batch was acknowledged"
+
+    second = SparkCalls(make_reader(SUB, **opts), logs, version)
+    second.start()
+    second.trigger()  # Spark runs the uncommitted batch again first
+    replayed = ids_of(second.batches[0][1])
+    assert sorted(replayed) == sorted(state["failed"]), "the replay of the failed batch differs"
+
+    until(lambda: len(set(first.ids()) | set(second.ids())) >= len(ids), 60, "every message in the sink",
+          step=second.trigger)
+    seen = first.ids() + second.ids()
+    assert set(seen) == set(ids)
+    assert sum(c - 1 for c in collections.Counter(seen).values()) == 0, "duplicates with stateDir"
+    until(lambda: len(fake.acked(SUB)) == len(ids), 30, "every message acknowledged", step=second.trigger)
+
+
+@pytest.mark.parametrize("version", ["4.0", "4.3"])
+def test_state_dir_of_another_query_is_refused(fake, make_reader, tmp_path, version):
+    """Scenario 11: a stateDir reused with another checkpoint, or another subscription list, fails
+    with a clear error instead of acknowledging the other query's batches as committed."""
+    fake.create_subscription(SUB, ack_deadline=10)
+    other = fake.create_subscription("projects/p/subscriptions/offsets-other", ack_deadline=10)
+    fake.publish(SUB, [body(i) for i in range(300)])
+    fake.publish(other, [body(i) for i in range(10)])
+    state = tmp_path / "state"
+
+    a = SparkCalls(make_reader(SUB, stateDir=state, maxMessagesPerTrigger=100), Logs(), version)
+    a.start()
+    _run_until_batches(a, 2)
+    a.reader.stop()
+
+    # Query B: its own (fresh) checkpoint, the same stateDir.
+    b = SparkCalls(make_reader(SUB, stateDir=state, maxMessagesPerTrigger=100), Logs(), version)
+    with pytest.raises(Exception, match="stateDir") as info:
+        b.start()
+        for _ in range(50):
+            b.trigger()
+    assert "another" in str(info.value) or "belongs" in str(info.value), str(info.value)
+    b.reader.stop()
+
+    # Query A again, but reading another subscription list with the same stateDir.
+    c = SparkCalls(make_reader(other, stateDir=state, maxMessagesPerTrigger=100), a.logs, version)
+    with pytest.raises(Exception, match="subscription"):
+        c.start()
+        for _ in range(50):
+            c.trigger()
+    c.reader.stop()
+
+
+@pytest.mark.parametrize("version", ["4.0", "4.3"])
+def test_first_batch_of_a_fresh_process_reads_the_backlog(fake, make_reader, version):
+    """Scenario 12: the first latestOffset of a process waits for what the subscription holds, so a
+    single-batch run (Trigger.Once, or AvailableNow on Spark 4.0/4.1) on a backlog reads it."""
+    fake.create_subscription(SUB, ack_deadline=10)
+    ids = fake.publish(SUB, [body(i) for i in range(2500)])
+    s = SparkCalls(make_reader(SUB, ackDeadlineSeconds=10), Logs(), version)
+    s.start()
+    assert s.trigger(), "the first trigger planned no batch on a backlog"
+    assert sorted(s.ids()) == sorted(ids)
