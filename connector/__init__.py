@@ -31,6 +31,6 @@ __all__ = [
 
 def register(spark: Any) -> None:
     """Register the ``crdb_pubsub`` streaming format on a SparkSession (calling it twice is harmless)."""
-    from .datasource import register as _register
+    from .source.datasource import register as _register
 
     _register(spark)

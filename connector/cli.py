@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _source_options(args: argparse.Namespace) -> Any:
-    from crdb_pubsub.options import parse_options
+    from crdb_pubsub.source.options import parse_options
 
     raw = {"subscription": args.subscription}
     if args.project:
@@ -128,11 +128,11 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
     from google.api_core import exceptions as gexc
 
     from crdb_pubsub import decode_messages
-    from crdb_pubsub.pubsub import CredentialsError, chunk_ack_ids, load_credentials, subscriber_client
+    from crdb_pubsub.source.transport import CredentialsError, chunk_ack_ids, load_credentials, subscriber_client
 
     opts, subscription = _source_options(args)
     try:
-        creds = load_credentials(opts)
+        creds = load_credentials(**opts.credential_kwargs())
     except CredentialsError as exc:
         print(f"error: {exc}", file=err)
         return 1

@@ -17,7 +17,7 @@ from google.pubsub_v1.services.subscriber.transports.grpc import SubscriberGrpcT
 
 def _channel(host_port: str) -> grpc.Channel:
     # One channel recipe for the whole package: the source's receiver builds its own the same way.
-    from crdb_pubsub.pubsub import insecure_channel
+    from crdb_pubsub.source.transport import insecure_channel
 
     return insecure_channel(host_port)
 

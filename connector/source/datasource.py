@@ -1,17 +1,24 @@
 """The Spark glue: ``spark.readStream.format("crdb_pubsub")``.
 
-Where each piece runs (NOTES.md section 3):
+Where each piece runs (measured on pyspark 4.0.5 to 4.3.0):
 
-* ``CrdbPubSubDataSource`` is built in a short-lived planning process when ``load()`` runs; the
-  options are validated there, so a bad option fails ``load()``.
-* ``CrdbPubSubStreamReader``'s driver-side methods (``initialOffset``, ``latestOffset``,
+* :class:`CrdbPubSubDataSource` is built in a short-lived planning process when ``load()`` runs;
+  the options are validated there, so a bad option fails ``load()``.
+* :class:`CrdbPubSubStreamReader`'s driver-side methods (``initialOffset``, ``latestOffset``,
   ``partitions``, ``commit``) run in one long-lived Python process per query. The receiver
-  (``Planner`` -> ``Receiver``) is created lazily there on the first call, never in ``__init__``.
-* The reader is pickled to the executors for ``read``; ``__getstate__`` drops the driver state, so
-  everything ``read`` needs travels inside :class:`MessagesPartition` (Arrow IPC bytes).
+  (:class:`~crdb_pubsub.source.planner.Planner`) is created lazily there on the first call, never
+  in ``__init__``; Spark stops that process with SIGTERM (``stop()`` is not called), and the
+  hand-back in :mod:`.lifecycle` runs then.
+* The reader is pickled to the executors for ``read``; ``__getstate__`` drops the driver state,
+  so everything ``read`` needs travels inside :class:`MessagesPartition`.
+
+Spark 4.2 added admission control (``latestOffset(start, limit)``, read limits,
+``Trigger.AvailableNow``, ``reportLatestOffset``); on 4.0/4.1 Spark calls ``latestOffset()``
+without arguments, the reader applies ``maxMessagesPerTrigger``/``maxBytesPerTrigger`` itself,
+and AvailableNow runs as a single batch.
 
 Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions -> ``read`` ->
-``decode_messages`` -> Arrow record batches -> Spark.
+decoder -> Arrow record batches -> Spark.
 """
 
 from __future__ import annotations
@@ -21,10 +28,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .options import SourceOptions, parse_options
-from .schema import spark_schema
+
+try:  # Spark 4.2+
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxBytes,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    _READER_BASES: tuple[type, ...] = (DataSourceStreamReader, SupportsTriggerAvailableNow)
+except ImportError:  # Spark 4.0/4.1: no admission control
+    ReadAllAvailable = ReadLimit = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment,misc]
+    _READER_BASES = (DataSourceStreamReader,)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -35,12 +54,13 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("crdb_pubsub")
 
 SHORT_NAME = "crdb_pubsub"
+HAND_BACK_SECONDS = 5.0  # how long a terminated reader may take to hand its messages back
 
 
 def _row_struct(options: SourceOptions) -> "StructType | None":
     if not options.rowSchema:
         return None
-    from .ddl import parse_ddl
+    from ..ddl import parse_ddl
 
     return parse_ddl(options.rowSchema)
 
@@ -63,6 +83,8 @@ class CrdbPubSubDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> "StructType":
+        from ..schema import spark_schema
+
         return spark_schema(_row_struct(self.source_options))
 
     def streamReader(self, schema: "StructType") -> "CrdbPubSubStreamReader":
@@ -86,18 +108,20 @@ class _RedactedOptions(dict):
 
 @dataclass
 class MessagesPartition(InputPartition):
-    """One slice of a micro-batch: the messages as Arrow IPC, plus what decoding needs."""
+    """One slice of a micro-batch: the messages as one Arrow IPC stream, plus where to report the
+    decode counts (the driver-side reader's stats listener)."""
 
     batch_id: int
     index: int
-    ipc: bytes
+    ipc: Any  # pyarrow.Buffer (bytes after a round trip through pickle)
+    stats: tuple[tuple[str, ...], str] | None = None
 
     def __repr__(self) -> str:  # keep Spark's plan strings and logs small
         return f"MessagesPartition(batch={self.batch_id}, index={self.index}, bytes={len(self.ipc)})"
 
 
-class CrdbPubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader. Offsets are ``{"batch": N}``; see ``planner.py`` for the protocol."""
+class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
+    """Micro-batch reader. Offsets are ``{"batch": N, "run": R}``; see ``planner.py``."""
 
     def __init__(self, options: SourceOptions, schema: "StructType") -> None:
         self._options = options
@@ -113,92 +137,99 @@ class CrdbPubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _driver(self) -> "Planner":
         if self._planner is None:
+            from .lifecycle import configure_logging, on_terminate
             from .planner import Planner
 
-            _configure_logging()
-            self._planner = Planner(self._options, malformed_counter=self._count_malformed)
+            configure_logging()
+            self._planner = Planner(self._options)
+            planner = self._planner
+            on_terminate(lambda: planner.shutdown(within=HAND_BACK_SECONDS), within=HAND_BACK_SECONDS + 1.0)
         return self._planner
 
     # ---- driver side ------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        self._driver().ensure_started()  # fail fast if Pub/Sub or the subscription is missing
-        return {"batch": 0}
+        """The offset before the first batch of a new query (a fresh checkpoint).
 
-    def getDefaultReadLimit(self) -> ReadLimit:
+        Also opens the subscriptions, so that a missing subscription or unreachable Pub/Sub fails
+        the query at once.
+        """
+        return self._driver().initial_offset()
+
+    def getDefaultReadLimit(self) -> Any:
+        """Spark 4.2+: the per-batch limit from ``maxMessagesPerTrigger``/``maxBytesPerTrigger``."""
         if self._options.maxMessagesPerTrigger is not None:
             return ReadMaxRows(self._options.maxMessagesPerTrigger)
         if self._options.maxBytesPerTrigger is not None:
             return ReadMaxBytes(self._options.maxBytesPerTrigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """The end offset of the next batch (``start`` when there is nothing new).
+
+        Spark calls it once the previous batch committed, so it first acknowledges every batch up
+        to ``start`` (4.2+; on 4.0/4.1, called without arguments, up to the newest offset Spark
+        holds). It then seals what is buffered, within the read limit, into the next batch,
+        durably first with a stateDir. It returns at once when nothing is buffered, except on the
+        first call of a process (it waits, bounded, for what the subscriptions hold) and during
+        Trigger.AvailableNow (it waits until the backlog is drained: returning ``start`` ends the
+        run).
+        """
         max_messages = self._options.maxMessagesPerTrigger
         max_bytes = self._options.maxBytesPerTrigger
-        if isinstance(limit, ReadAllAvailable):
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
             max_messages = max_bytes = None  # the engine overrides the options (e.g. Trigger.Once)
-        elif isinstance(limit, ReadMaxRows):
+        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             max_messages = limit.max_rows
-        elif isinstance(limit, ReadMaxBytes):
+        elif ReadMaxBytes is not None and isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
         return self._driver().latest(start, max_messages, max_bytes)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Spark 4.2+, Trigger.AvailableNow: read what was published before now, then end."""
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict, end: dict) -> list[MessagesPartition]:
-        from .ledger import messages_to_arrow, to_ipc
-        from .planner import _batch_id, split_evenly
+        """The input partitions of the batches in ``(start, end]``, ``[]`` when ``start == end``.
 
-        messages = self._driver().messages_for(start, end)
-        bid = _batch_id(end) or 0
-        return [
-            MessagesPartition(bid, i, to_ipc(messages_to_arrow(chunk)))
-            for i, chunk in enumerate(split_evenly(messages, self._options.numPartitions))
-        ]
+        Never acknowledges anything: after a restart Spark 4.0/4.1 call ``partitions(X, X)`` with a
+        batch X that may not have committed. A batch planned by an earlier process is replayed
+        from the stateDir with the same messages, or yields nothing without one.
+        """
+        planner = self._driver()
+        stats = planner.stats_address()
+        return [MessagesPartition(bid, i, payload, stats) for bid, i, payload in planner.partitions(start, end)]
 
     def commit(self, end: dict) -> None:
+        """Spark committed every batch up to ``end``: acknowledge their messages."""
         self._driver().commit(end)
 
     def reportLatestOffset(self) -> dict | None:
+        """Spark 4.2+: the source's counters, shown in the query progress as ``latestOffset``."""
         if self._planner is None:
             return None
         return self._planner.report()
 
     def stop(self) -> None:
+        """Rarely called by Spark (it terminates the process instead); hands messages back."""
         if self._planner is not None:
-            self._planner.stop()
-
-    def _count_malformed(self, messages: list) -> int:
-        """Malformed messages of a committed batch, for the progress report.
-
-        The executors decode (and may drop) rows where the driver can't see them, so the
-        count is taken here with the same decoder, on the bodies the driver still holds.
-        """
-        from .decoding import DecodeStats, decode_messages
-
-        stats = DecodeStats()
-        decode_messages(
-            [m.data for m in messages],
-            envelope=self._options.envelope,
-            mode="DROPMALFORMED",
-            row_schema=self._options.rowSchema,
-            stats=stats,
-        )
-        return stats.malformed
+            self._planner.shutdown(within=HAND_BACK_SECONDS)
 
     # ---- executor side ----------------------------------------------------------------------
 
     def read(self, partition: MessagesPartition) -> Iterator["pa.RecordBatch"]:
+        """Decode one partition's messages into record batches of the output schema."""
         import pyarrow.compute as pc
 
-        from .decoding import decode_messages
-        from .ledger import from_ipc
+        from ..decoding import DecodeStats, decode_messages
+        from .stats import send_report
+        from .wire import from_ipc
 
         table = from_ipc(partition.ipc)
         n = table.num_rows
         if n == 0:
             return
+        stats = DecodeStats()
         attrs = table.column("attributes").to_pylist()
         batch = decode_messages(
             table.column("data").to_pylist(),
@@ -206,8 +237,11 @@ class CrdbPubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             publish_times=table.column("publish_us").to_pylist(),
             attributes=[dict(a) if a else None for a in attrs],
             ordering_keys=table.column("ordering_key").to_pylist(),
+            stats=stats,
             **self._options.decoder_kwargs(),
         )
+        if partition.stats is not None:
+            send_report(partition.stats[0], partition.stats[1], partition.batch_id, partition.index, n, stats.malformed)
         if not self._options.includeResolved and batch.num_rows:
             keep = pc.invert(pc.is_in(batch.column("kind"), value_set=_PROGRESS_KINDS()))
             batch = batch.filter(keep)
@@ -219,19 +253,6 @@ def _PROGRESS_KINDS():  # noqa: N802 - a constant built lazily (pyarrow import o
     import pyarrow as pa
 
     return pa.array(["resolved", "watermark"])
-
-
-def _configure_logging() -> None:
-    """Give the driver-side reader process a log handler (Spark's Python worker has none)."""
-    import sys
-
-    logger = logging.getLogger("crdb_pubsub")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
 
 
 def register(spark: Any) -> None:

@@ -122,7 +122,7 @@ class SourceOptions(BaseModel):
         if v is None:
             return v
         try:
-            from .ddl import parse_ddl  # the decoder's DDL parser: one grammar for both
+            from ..ddl import parse_ddl  # the decoder's DDL parser: one grammar for both
         except ImportError:  # pragma: no cover - decoder not installed yet
             return v
         parse_ddl(v)
@@ -204,6 +204,14 @@ class SourceOptions(BaseModel):
             project = self.projectId or _SUBSCRIPTION_PATH.match(self.subscription_paths[0]).group("project")  # type: ignore[union-attr]
             out.append(f"projects/{project}/topics/{item}")
         return out
+
+    def credential_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments ``transport.load_credentials`` takes from these options."""
+        return {
+            "emulator_host": self.effective_emulator_host,
+            "credentials_json": self.credentialsJson.get_secret_value() if self.credentialsJson else None,
+            "credentials_file": self.credentialsFile.get_secret_value() if self.credentialsFile else None,
+        }
 
     def decoder_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``decode_messages`` takes from these options."""

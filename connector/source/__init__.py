@@ -1,0 +1,1 @@
+"""The streaming source: Pub/Sub -> receiver -> sealed batches -> Spark (see ``datasource.py``)."""

@@ -1,0 +1,296 @@
+"""``stateDir``: what this query planned and acknowledged, durably, for exactly-once replay.
+
+Layout (``<stateDir>/v2``)::
+
+    LOCK                      flock: one live process per stateDir
+    META.json                 the query run and subscriptions this directory belongs to
+    batches/<N>.arrow         batch N as planned: messages and ack ids, written before Spark
+                              learns its offset, so that Spark's replay of N yields the same rows
+    acked/<X>.arrow           the messages of every batch <= X, written when Spark's commit of X
+                              was proven; its ``answered`` marker follows once Pub/Sub answered
+    acked/<X>.answered        all acknowledgements of X were answered (acked_at in the file)
+    acked/<X>.unconfirmed.arrow  those Pub/Sub did not confirm, with their ack ids
+
+What a new process learns from it (:meth:`Ledger.recover`): batches planned but not known to be
+committed (replayed if Spark asks, else their messages return to the buffer); message ids to drop
+when Pub/Sub delivers them again (for the dedupe window after a confirmed acknowledgement, far
+longer after an unconfirmed one); and acknowledgements to send again.
+
+Every file is written to a temporary name, fsynced and renamed (and the directory fsynced), so a
+crash leaves the old or the new file, never half of one. Writes and the lock are guarded by one
+thread lock: the planner writes from Spark's thread, acknowledgement answers arrive on the acker's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from .wire import MESSAGE_SCHEMA
+
+log = logging.getLogger("crdb_pubsub.ledger")
+
+FORMAT = 2
+BATCH_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("ack_id", pa.string()), *MESSAGE_SCHEMA])
+ACKED_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())])
+
+
+class StateDirError(RuntimeError):
+    """The stateDir belongs to another query, or can't be used."""
+
+
+@dataclass
+class Recovered:
+    pending: dict[int, pa.Table] = field(default_factory=dict)  # batch id -> BATCH_SCHEMA table
+    # (sub, message ids, seconds they remain remembered)
+    remembered: list[tuple[str, list[str], float]] = field(default_factory=list)
+    # (sub, [(message id, ack id)]): acknowledgements Pub/Sub never confirmed
+    unconfirmed: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+
+
+class Ledger:
+    """The durable record of one query's batches under ``<stateDir>/v2``."""
+
+    def __init__(self, state_dir: str, *, wait_seconds: float, window_seconds: float, unconfirmed_seconds: float,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._root = Path(state_dir)
+        self._dir = self._root / "v2"
+        self._window = window_seconds
+        self._unconfirmed = unconfirmed_seconds
+        self._wall = wall
+        self._lock = threading.Lock()
+        (self._dir / "batches").mkdir(parents=True, exist_ok=True)
+        (self._dir / "acked").mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = self._acquire(wait_seconds)
+        if (self._root / "v1").exists():
+            log.warning("stateDir %s holds state of an older version (v1) that this version does not read; "
+                        "its pending batches will be delivered again by Pub/Sub", state_dir)
+
+    def _acquire(self, wait_seconds: float) -> int:
+        fd = os.open(self._dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        end = time.monotonic() + wait_seconds
+        warned = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    os.close(fd)
+                    raise StateDirError(
+                        f"stateDir {self._root} is in use by another running query (waited {wait_seconds:.0f} s "
+                        "for it to be released); each query needs its own stateDir") from None
+                if not warned:
+                    warned = True
+                    log.info("stateDir %s is still held, probably by the previous run of this query that is "
+                             "shutting down; waiting up to %.0f s", self._root, wait_seconds)
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        """Release the directory (no write happens after this)."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    # ---------------------------------------------------------------- identity
+
+    def meta(self) -> dict | None:
+        try:
+            return json.loads((self._dir / "META.json").read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise StateDirError(f"stateDir {self._root}: META.json is unreadable; delete the directory to start over") from None
+
+    def has_committed_history(self) -> bool:
+        return any((self._dir / "acked").glob("*.arrow"))
+
+    def check_subscriptions(self, subscriptions: Sequence[str]) -> None:
+        """Refuse a directory recorded for another subscription list."""
+        meta = self.meta()
+        subs = sorted(subscriptions)
+        if meta is not None and meta.get("subscriptions") != subs:
+            raise StateDirError(
+                f"stateDir {self._root} belongs to a query reading subscription(s) "
+                f"{', '.join(meta.get('subscriptions', []))}; this query reads {', '.join(subs)}. "
+                "Give each query its own stateDir")
+
+    def claim(self, run: str | None, subscriptions: Sequence[str], *, fresh: bool = False) -> None:
+        """Tie the directory to this query run and its subscriptions, or refuse with a clear error.
+
+        ``fresh``: the run is new (a fresh checkpoint). A directory that holds another run's
+        committed batches belongs to another query (another checkpoint): using it would
+        acknowledge that query's batches as committed by this one. One that never saw a commit
+        (a run that died before its first batch committed) is taken over; the caller plans its
+        batches anew.
+        """
+        self.check_subscriptions(subscriptions)
+        meta = self.meta()
+        recorded = meta.get("run") if meta is not None else None
+        if meta is not None:
+            if recorded == run or (run is None and not fresh):
+                return  # this run's directory, or a checkpoint of an older version that names no run
+            if self.has_committed_history():
+                raise StateDirError(
+                    f"stateDir {self._root} belongs to another query (run {recorded}"
+                    + (f"; this query's checkpoint names run {run}" if run and not fresh else "; this query starts from a new checkpoint")
+                    + "): it holds that query's committed batches. Give each query (each checkpointLocation) its own "
+                    "stateDir, or delete the directory if the other query is gone for good")
+        if run is None:
+            return
+        self._write_bytes(self._dir / "META.json",
+                          json.dumps({"format": FORMAT, "run": run, "subscriptions": sorted(subscriptions)}, indent=1).encode())
+
+    # ---------------------------------------------------------------- writing
+
+    def record(self, batch_id: int, table: pa.Table) -> None:
+        """Make a planned batch durable before its offset is handed to Spark."""
+        self._write_table(self._dir / "batches" / f"{batch_id:020d}.arrow", table, BATCH_SCHEMA)
+
+    def drop(self, batch_ids: Sequence[int]) -> None:
+        """Forget planned batches that Spark never recorded (their messages are planned anew)."""
+        with self._lock:
+            if self._fd is None:
+                return
+            for bid in batch_ids:
+                (self._dir / "batches" / f"{bid:020d}.arrow").unlink(missing_ok=True)
+
+    def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id)."""
+        if rows:
+            subs, mids, acks = (list(col) for col in zip(*rows))
+            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
+                             schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
+            self._write_table(self._dir / "acked" / f"{batch_id:020d}.arrow", table, table.schema)
+        with self._lock:
+            if self._fd is None:
+                return
+            for p in (self._dir / "batches").glob("*.arrow"):
+                if int(p.stem) <= batch_id:
+                    p.unlink(missing_ok=True)
+
+    def answered(self, batch_id: int, unconfirmed: Sequence[tuple[str, str, str]]) -> None:
+        """Pub/Sub answered every acknowledgement of ``batch_id``; ``unconfirmed`` were not confirmed."""
+        if unconfirmed:
+            subs, mids, acks = (list(col) for col in zip(*unconfirmed))
+            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
+                             schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
+            self._write_table(self._dir / "acked" / f"{batch_id:020d}.unconfirmed.arrow", table, table.schema)
+        self._write_bytes(self._dir / "acked" / f"{batch_id:020d}.answered", repr(self._wall()).encode())
+        self._prune()
+
+    def _write_table(self, path: Path, table: pa.Table, schema: pa.Schema) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        with self._lock:
+            if self._fd is None:
+                log.warning("stateDir closed: not writing %s", path.name)
+                return
+            with open(tmp, "wb") as fh:
+                with pa.ipc.new_file(fh, schema) as writer:
+                    writer.write_table(table)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._publish(tmp, path)
+
+    def _write_bytes(self, path: Path, data: bytes) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        with self._lock:
+            if self._fd is None:
+                return
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._publish(tmp, path)
+
+    @staticmethod
+    def _publish(tmp: Path, path: Path) -> None:
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _prune(self) -> None:
+        now = self._wall()
+        with self._lock:
+            if self._fd is None:
+                return
+            for marker in sorted((self._dir / "acked").glob("*.answered")):
+                stem = marker.name.split(".")[0]
+                try:
+                    at = float(marker.read_text())
+                except (OSError, ValueError):
+                    continue
+                if at + self._window >= now:
+                    break  # markers are written in commit order: the rest are younger
+                unconfirmed = self._dir / "acked" / f"{stem}.unconfirmed.arrow"
+                if unconfirmed.exists() and at + self._unconfirmed >= now:
+                    # The confirmed ids' window is over; the unconfirmed ones stay remembered.
+                    (self._dir / "acked" / f"{stem}.arrow").unlink(missing_ok=True)
+                    continue
+                unconfirmed.unlink(missing_ok=True)
+                (self._dir / "acked" / f"{stem}.arrow").unlink(missing_ok=True)
+                marker.unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- reading
+
+    def recover(self) -> Recovered:
+        out = Recovered()
+        now = self._wall()
+        acked_dir = self._dir / "acked"
+        for tmp in list((self._dir / "batches").glob("*.tmp")) + list(acked_dir.glob("*.tmp")):
+            tmp.unlink(missing_ok=True)
+        newest_commit = -1
+        for path in sorted(acked_dir.glob("*.arrow")):
+            stem = path.name.split(".")[0]
+            newest_commit = max(newest_commit, int(stem))
+            try:
+                table = pa.ipc.open_file(path).read_all()
+                acked_at = float(table.schema.metadata[b"acked_at"])
+            except Exception as exc:  # noqa: BLE001 - an unreadable file can't help dedupe
+                log.error("stateDir file %s is unreadable (%s); its messages may be delivered again", path, exc)
+                continue
+            if path.name.endswith(".unconfirmed.arrow"):
+                out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
+            elif (acked_dir / f"{stem}.answered").exists():
+                for sub, mids in _by_sub(table, with_ack_ids=False):
+                    out.remembered.append((sub, mids, acked_at + self._window - now))
+            else:
+                # The process ended before Pub/Sub answered: nothing of this commit is confirmed.
+                # Record it as answered-unconfirmed so that it is kept, and later pruned, as such.
+                out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
+                self._write_table(acked_dir / f"{stem}.unconfirmed.arrow", table, table.schema)
+                self._write_bytes(acked_dir / f"{stem}.answered", repr(acked_at).encode())
+        for path in sorted((self._dir / "batches").glob("*.arrow")):
+            bid = int(path.stem)
+            if bid <= newest_commit:
+                path.unlink(missing_ok=True)  # its commit was recorded; the file outlived it
+                continue
+            try:
+                out.pending[bid] = pa.ipc.open_file(path).read_all()
+            except Exception as exc:  # noqa: BLE001
+                log.error("stateDir file %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
+                          "its messages again", path, exc, bid)
+        return out
+
+
+def _by_sub(table: pa.Table, *, with_ack_ids: bool) -> list:
+    subs = table.column("sub").to_pylist()
+    mids = table.column("message_id").to_pylist()
+    acks = table.column("ack_id").to_pylist() if with_ack_ids else None
+    grouped: dict[str, list] = {}
+    for i, sub in enumerate(subs):
+        grouped.setdefault(sub, []).append((mids[i], acks[i]) if acks is not None else mids[i])
+    return list(grouped.items())

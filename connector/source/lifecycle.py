@@ -1,0 +1,70 @@
+"""How the driver-side reader process ends: Spark terminates it with SIGTERM.
+
+Spark stops a query by destroying its driver-side Python process (``stop()`` is not called), and
+does not wait for it. Before dying, the reader hands its held messages back so that the next run
+gets them at once instead of after their lease, and releases the stateDir. That work runs in a
+helper thread with a hard time bound: whatever the main thread was doing when the signal arrived
+(possibly holding a lock), the process exits within the bound, as after a crash at worst.
+
+The handler is installed only in Spark's streaming-source runner process, never in a process
+that merely imports the reader (a test, a notebook).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+log = logging.getLogger("crdb_pubsub")
+
+RUNNER_MODULE = "python_streaming_source_runner"
+
+
+def in_spark_runner() -> bool:
+    main = sys.modules.get("__main__")
+    return RUNNER_MODULE in str(getattr(main, "__file__", "") or "")
+
+
+def on_terminate(hand_back: Callable[[], None], *, within: float) -> bool:
+    """Run ``hand_back`` (bounded by ``within`` seconds) when Spark terminates this process."""
+    if not in_spark_runner() or threading.current_thread() is not threading.main_thread():
+        return False
+    handling = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        if handling.is_set():
+            return
+        handling.set()
+        worker = threading.Thread(target=_safely, args=(hand_back,), name="crdb-pubsub-hand-back", daemon=True)
+        worker.start()
+        worker.join(within)
+        if worker.is_alive():
+            log.warning("handing held messages back took longer than %.0f s; exiting anyway (they are "
+                        "delivered again when their leases lapse)", within)
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+    return True
+
+
+def _safely(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - the process is ending; say what went wrong
+        log.exception("handing held messages back failed")
+
+
+def configure_logging() -> None:
+    """Give the driver-side reader process a log handler (Spark's Python worker has none)."""
+    logger = logging.getLogger("crdb_pubsub")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
