@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--output", required=True)
     ap.add_argument("--state-dir")
     ap.add_argument("--available-now", action="store_true")
-    ap.add_argument("--max-per-trigger", type=int, default=300)
+    ap.add_argument("--max-per-trigger", type=int, default=300, help="0: no limit")
     ap.add_argument("--ack-deadline", type=int, default=5)
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -61,8 +61,9 @@ def main() -> int:
         .option("subscription", args.subscription)
         .option("emulatorHost", args.emulator_host)
         .option("ackDeadlineSeconds", str(args.ack_deadline))
-        .option("maxMessagesPerTrigger", str(args.max_per_trigger))
     )
+    if args.max_per_trigger:
+        reader = reader.option("maxMessagesPerTrigger", str(args.max_per_trigger))
     if args.state_dir:
         reader = reader.option("stateDir", args.state_dir)
     writer = reader.load().writeStream.format("parquet").option("path", args.output).option("checkpointLocation", args.checkpoint)

@@ -64,6 +64,6 @@ def test_sigkill_mid_stream_then_restart(spark, emulator_host, make_subscription
     missing = set(ids) - set(counts)
     duplicated = sum(c - 1 for c in counts.values())
     print(f"stateDir={state}: sink batches before kill={done_before}, rows={len(got)}, lost={len(missing)}, duplicated={duplicated}")
-    assert not missing, f"{len(missing)} messages lost"
+    assert not missing, f"{len(missing)} messages lost; the restarted job said:\n{out[-4000:]}"
     if state:
         assert duplicated == 0

@@ -7,10 +7,11 @@ import time
 import pytest
 
 from conftest import pull_ids
-from crdb_pubsub.planner import Planner
-from crdb_pubsub.options import parse_options
-from crdb_pubsub.pubsub import chunk_ack_ids, subscriber_client
-from crdb_pubsub.receiver import Receiver, ReceiverError
+from crdb_pubsub.source.options import parse_options
+from crdb_pubsub.source.planner import Planner
+from crdb_pubsub.source.receiver import Receiver, ReceiverError
+from crdb_pubsub.source.transport import Rpc, chunk_ack_ids, subscriber_client
+from crdb_pubsub.source.wire import from_ipc
 
 pytestmark = pytest.mark.integration
 
@@ -18,16 +19,21 @@ pytestmark = pytest.mark.integration
 def _receiver(host: str, sub: str, **kw) -> Receiver:
     args = dict(lease_seconds=10, max_lease_seconds=3600, max_messages=50_000, max_bytes=1 << 30)
     args.update(kw)
-    return Receiver(subscriber_client(host), [sub], endpoint_description=f"the emulator at {host}", **args)
+    return Receiver(Rpc(subscriber_client(host)), [sub], endpoint_description=f"the emulator at {host}", **args)
 
 
 def _take_all(r: Receiver, n: int, timeout: float = 30.0) -> list:
+    """Chunks taken from the buffer until they hold ``n`` messages."""
     got: list = []
     end = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < end:
+    while sum(len(c) for c in got) < n and time.monotonic() < end:
         got += r.take()
         time.sleep(0.05)
     return got
+
+
+def _ids(chunks: list) -> list[str]:
+    return [m for c in chunks for m in c.message_ids]
 
 
 def test_leases_outlive_a_short_subscription_deadline(emulator_host, make_subscription, publish):
@@ -37,16 +43,17 @@ def test_leases_outlive_a_short_subscription_deadline(emulator_host, make_subscr
     r.start()
     try:
         held = _take_all(r, 300)
-        assert sorted(m.message_id for m in held) == sorted(ids)
+        assert sorted(_ids(held)) == sorted(ids)
         time.sleep(8)  # 4x the subscription's deadline, ~3 lease periods
-        snap = r.snapshot()
+        snap = r.counters.snapshot()
         assert snap["redeliveredWhileHeld"] == 0, snap
         assert snap["leasesExtended"] >= 300
         assert pull_ids(emulator_host, sub, timeout=1.0) == []  # nobody else can see them
         r.ack(held)
-        assert r.snapshot()["acknowledged"] == 300
+        assert r.acker.flush(10)
+        assert (r.counters.get("acknowledged"), r.counters.get("ackConfirmed")) == (300, 300)
     finally:
-        r.stop(nack=False)
+        r.shutdown(hand_back=False, within=5)
     time.sleep(3.5)
     assert pull_ids(emulator_host, sub, timeout=1.0) == []  # acked for good
 
@@ -58,17 +65,17 @@ def test_flow_control_bounds_what_is_held(emulator_host, make_subscription, publ
     r.start()
     try:
         time.sleep(2.5)
-        assert r.held_count == 250
+        assert r.flow.held_messages == 250
         first = r.take()
-        assert len(first) == 250
+        assert len(_ids(first)) == 250
         time.sleep(1.0)
-        assert r.held_count == 250  # taken but unacknowledged messages still count
+        assert r.flow.held_messages == 250  # taken but unacknowledged messages still count
         r.ack(first)
         got = _take_all(r, 250, timeout=10)
-        assert len(got) == 250 and r.held_count <= 250
+        assert len(_ids(got)) == 250 and r.flow.held_messages <= 250
         r.ack(got)
     finally:
-        r.stop(nack=True)
+        r.shutdown(hand_back=True, within=5)
 
 
 def test_nothing_is_acknowledged_without_ack(emulator_host, make_subscription, publish):
@@ -77,8 +84,8 @@ def test_nothing_is_acknowledged_without_ack(emulator_host, make_subscription, p
     r = _receiver(emulator_host, sub)
     r.start()
     held = _take_all(r, 3)
-    assert len(held) == 3
-    r.stop(nack=True)  # hand them back: a new consumer sees all of them at once
+    assert len(_ids(held)) == 3
+    r.shutdown(hand_back=True, within=5)  # hand them back: a new consumer sees all of them at once
     assert sorted(pull_ids(emulator_host, sub, timeout=3.0)) == sorted(ids)
 
 
@@ -86,14 +93,15 @@ def test_redelivery_of_acknowledged_message_is_dropped(emulator_host, make_subsc
     topic, sub = make_subscription(ack_deadline_seconds=10)
     (mid,) = publish(topic, [b"once"])
     r = _receiver(emulator_host, sub)
-    r.remember_acknowledged([(sub, mid)])  # as if a previous process had committed it
+    r.remember(sub, [mid], 600)  # as if a previous process had committed it
     r.start()
     try:
         time.sleep(2.0)
         assert r.take() == []
-        assert r.snapshot()["redeliveriesDropped"] == 1
+        assert r.counters.get("redeliveriesDropped") == 1
+        assert r.acker.flush(10)
     finally:
-        r.stop(nack=False)
+        r.shutdown(hand_back=False, within=5)
     assert pull_ids(emulator_host, sub, timeout=1.0) == []  # and it was acknowledged
 
 
@@ -115,17 +123,18 @@ def test_topic_option_creates_the_subscription(emulator_host, make_subscription,
     )
     planner = Planner(opts)
     try:
-        planner.ensure_started()
+        start = planner.initial_offset()
         ids = publish(topic, [b"hello"])
         deadline = time.monotonic() + 10
-        offset = {"batch": 0}
-        while offset == {"batch": 0} and time.monotonic() < deadline:
-            offset = planner.latest({"batch": 0}, None, None)
+        offset = start
+        while offset == start and time.monotonic() < deadline:
+            offset = planner.latest(start, None, None)
             time.sleep(0.1)
-        assert offset == {"batch": 1}
-        assert [m.message_id for m in planner.messages_for({"batch": 0}, offset)] == ids
+        assert offset["batch"] == 1
+        got = [m for _, _, p in planner.partitions(start, offset) for m in from_ipc(p).column("message_id").to_pylist()]
+        assert got == ids
     finally:
-        planner.stop()
+        planner.shutdown(within=5)
 
 
 def test_ack_requests_are_split_below_the_size_limit():

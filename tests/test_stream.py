@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pull_ids
+from conftest import pull_ids, wait_for
 from crdb_pubsub.simulator import ChangefeedSimulator
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -32,14 +32,18 @@ def _reader(spark, emulator_host: str, sub: str, **options):
 
 
 def _poll_metrics(query, done, *, timeout: float) -> dict:
-    """The source's progress metrics, polled until ``done(metrics)`` or ``timeout`` (then the last seen)."""
+    """The source's progress metrics, polled until ``done(metrics)``; fails with the query's own
+    error if it died, or names what was awaited when ``timeout`` runs out."""
     metrics: dict = {}
-    deadline = time.monotonic() + timeout
-    while not done(metrics) and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    def check() -> bool:
+        nonlocal metrics
         progress = query.lastProgress
         if progress and progress["sources"][0]["latestOffset"]:
             metrics = json.loads(progress["sources"][0]["latestOffset"])
+        return done(metrics)
+
+    wait_for(query, check, timeout, f"the source's metrics to satisfy the test (last seen: {metrics})", 0.5)
     return metrics
 
 
@@ -104,12 +108,8 @@ def test_failing_batch_is_not_acknowledged_and_is_redelivered(spark, emulator_ho
 
     q = run()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            seen = set(seen_file.read_text().split()) if seen_file.exists() else set()
-            if set(ids) <= seen:
-                break
-            time.sleep(1)
+        wait_for(q, lambda: seen_file.exists() and set(ids) <= set(seen_file.read_text().split()), 120,
+                 "every message in the sink after the restart", 1.0)
     finally:
         q.stop()
     seen = set(seen_file.read_text().split())
@@ -130,7 +130,7 @@ def test_slow_sink_beyond_ack_deadline_sees_no_redelivery(spark, emulator_host, 
     q = df.writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(tmp_path / "chk")).start()
     try:
         # The last batch is acknowledged once it finished and the (empty) batch after it is planned.
-        metrics = _poll_metrics(q, lambda m: m.get("acknowledged", 0) >= 300, timeout=120)
+        metrics = _poll_metrics(q, lambda m: m.get("ackConfirmed", 0) >= 300, timeout=120)
     finally:
         q.stop()
     assert sorted(seen) == sorted(ids), "a message was redelivered (duplicate) or lost"
@@ -149,10 +149,11 @@ def test_progress_reports_receiver_metrics(spark, emulator_host, make_subscripti
     # Spark asks for the report when it plans a batch, just before it commits the previous one,
     # so counters trail by one planning step; an idle query keeps reporting.
     try:
-        last = _poll_metrics(q, lambda m: (m.get("acknowledged"), m.get("malformed")) == (2, 1), timeout=60)
+        last = _poll_metrics(q, lambda m: (m.get("ackConfirmed"), m.get("malformed")) == (2, 1), timeout=60)
     finally:
         q.stop()
-    for key in ("received", "inFlight", "acknowledged", "leasesExtended", "redeliveriesDropped", "malformed", "oldestUnackedAgeSeconds"):
+    for key in ("received", "inFlight", "acknowledged", "ackConfirmed", "ackFailed", "leasesExtended",
+                "redeliveriesDropped", "malformed", "oldestUnackedAgeSeconds"):
         assert key in last, key
     assert last["received"] == 2 and last["acknowledged"] == 2 and last["malformed"] == 1 and last["inFlight"] == 0
 

@@ -206,14 +206,13 @@ class MetricsSampler:
         return max((s.get("buffered", 0) + s.get("inFlight", 0) for s in self.samples), default=0)
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.25, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(interval)
-    if not cond():
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.25, what: str = "condition",
+               query=None) -> None:
+    """Poll ``cond`` until true. With ``query``, fail at once with the query's own error when it
+    died; always name what was awaited when the time is up."""
+    from conftest import wait_for
+
+    wait_for(query, cond, timeout, what, interval)
 
 
 # ------------------------------------------------------------------------- processes
@@ -281,3 +280,34 @@ def publish_many(host: str, topic: str, bodies: Iterable[bytes], *, attributes: 
     finally:
         publisher.stop()
         publisher.transport.close()
+
+
+# ------------------------------------------------------------------------- dead-letter policy
+
+
+def dead_letter_subscription(host: str, project: str, stem: str, *, ack_deadline: int, max_attempts: int = 5
+                             ) -> tuple[str, str, str]:
+    """A topic and subscription whose messages go to a dead-letter topic after ``max_attempts``
+    deliveries (Pub/Sub's minimum is 5), and a subscription on that dead-letter topic.
+
+    Every lapsed lease and every hand-back counts as a delivery attempt: what the source does to
+    a message more than it should shows up as messages in the dead-letter subscription.
+    Returns ``(topic, subscription, dead_letter_subscription)``.
+    """
+    from crdb_pubsub.emulator import create_topic_and_subscription, pubsub_clients
+
+    dead_topic, dead_sub = create_topic_and_subscription(host, project, f"{stem}-dead", f"{stem}-dead-sub",
+                                                         ack_deadline_seconds=10)
+    publisher, subscriber = pubsub_clients(host)
+    try:
+        topic = publisher.topic_path(project, stem)
+        sub = subscriber.subscription_path(project, f"{stem}-sub")
+        publisher.create_topic(request={"name": topic})
+        subscriber.create_subscription(request={
+            "name": sub, "topic": topic, "ack_deadline_seconds": ack_deadline,
+            "dead_letter_policy": {"dead_letter_topic": dead_topic, "max_delivery_attempts": max_attempts},
+        })
+    finally:
+        publisher.transport.close()
+        subscriber.close()
+    return topic, sub, dead_sub

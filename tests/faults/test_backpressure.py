@@ -5,6 +5,10 @@ slow ``foreachBatch`` sink takes a few hundred per second. Flow control must kee
 receiver holds (buffered + in flight, i.e. pulled and not yet acknowledged) within
 ``maxOutstandingMessages`` and ``heldBytes`` within ``maxOutstandingBytes`` at every planning step
 (every progress report is sampled), and nothing may be dropped: every message reaches the sink once.
+
+The byte bound must hold without handing messages back for lack of room (issue 9 scenario 4): each
+hand-back is a delivery attempt, so the subscription has a dead-letter policy (5 attempts) and
+the dead-letter subscription must stay empty, with ``handedBack`` 0.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from ._support import BatchFileSink, MetricsSampler, publish_many, report, row_body, scaled, tally, wait_until
+from conftest import PROJECT, pull_ids
+
+from ._support import (BatchFileSink, MetricsSampler, dead_letter_subscription, publish_many, report, row_body, scaled,
+                       tally, wait_until)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -29,7 +36,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host, make_subscription, tmp_path: Path, case):
     max_msgs, max_bytes, pad, n = CASES[case]
-    topic, sub = make_subscription(ack_deadline_seconds=10)
+    topic, sub, dead_sub = dead_letter_subscription(emulator_host, PROJECT, f"backpressure-{case}", ack_deadline=10)
     published: list[str] = []
     pub_done = threading.Event()
     pub_error: list[BaseException] = []
@@ -57,7 +64,7 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host
             threading.Thread(target=publisher, daemon=True).start()
             assert pub_done.wait(300), "publisher did not finish"
             assert not pub_error, pub_error
-            wait_until(lambda: len(sink.ids()) >= n, 600, 0.5, what="every message in the sink")
+            wait_until(lambda: len(sink.ids()) >= n, 600, 0.5, what="every message in the sink", query=q)
             time.sleep(1)
     finally:
         q.stop()
@@ -65,14 +72,18 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host
     max_held = sampler.max_held()
     max_held_bytes = sampler.max_of("heldBytes")
     lost, duplicated, unexpected = tally(published, sink.ids())
+    dead = pull_ids(emulator_host, dead_sub, timeout=2.0)
     report(
         f"backpressure-{case}", published=len(published), lost=lost, duplicated=duplicated,
         maxOutstandingMessages=max_msgs, maxOutstandingBytes=max_bytes, max_held=max_held,
         max_held_bytes=max_held_bytes, samples=len(sampler.samples), publish_seconds=round(pub_seconds[0], 1),
         drain_seconds=round(elapsed, 1), max_buffered=sampler.max_of("buffered"),
+        handed_back=sampler.max_of("handedBack"), dead_lettered=len(dead),
     )
     assert len(sampler.samples) >= 10, "too few progress samples to judge flow control"
     assert not unexpected and lost == 0 and duplicated == 0
     assert pub_seconds[0] < elapsed / 2, "the publisher was not faster than the sink: the scenario proves nothing"
     assert max_held <= max_msgs, f"held {max_held} messages > maxOutstandingMessages={max_msgs}"
     assert max_held_bytes <= max_bytes, f"held {max_held_bytes} bytes > maxOutstandingBytes={max_bytes}"
+    assert sampler.max_of("handedBack") == 0, "messages were handed back for lack of room"
+    assert dead == [], f"{len(dead)} messages reached the dead-letter topic"

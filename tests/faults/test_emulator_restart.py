@@ -64,7 +64,7 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
             first = publish_many(emu.host_port, topic, (row_body(i) for i in range(n)))
             # Kill once the receiver holds all of A and the sink is still working through it.
             wait_until(lambda: sampler.last().get("received", 0) >= n and len(sink.ids()) > 0, 120, 0.1,
-                       what="the receiver to hold the first half")
+                       what="the receiver to hold the first half", query=q)
             in_sink_at_kill = len(sink.ids())
             proxy.cut()
             os.killpg(emu.pgid, signal.SIGKILL)
@@ -79,8 +79,8 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
             assert q.isActive and q.exception() is None, "the query died during the outage"
             second = publish_many(emu.host_port, topic, (row_body(i) for i in range(n, 2 * n)))
             published = first + second
-            wait_until(lambda: set(published) <= set(sink.ids()), 300, 0.5, what="every message in the sink")
-            wait_until(lambda: sampler.last().get("awaitingAck", 1) == 0, 60, what="the last batch acknowledged")
+            wait_until(lambda: set(published) <= set(sink.ids()), 300, 0.5, what="every message in the sink", query=q)
+            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q)
             assert q.isActive and q.exception() is None
     finally:
         q.stop()

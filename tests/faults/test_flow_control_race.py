@@ -17,7 +17,8 @@ from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 
 import pytest
 
-from crdb_pubsub.receiver import Receiver
+from crdb_pubsub.source.receiver import Receiver
+from crdb_pubsub.source.transport import Rpc
 
 pytestmark = pytest.mark.faults
 
@@ -66,11 +67,11 @@ class FakeClient:
 
 def test_concurrent_pulls_never_exceed_max_outstanding_messages():
     limit = 50
-    r = Receiver(FakeClient(), [SUB], lease_seconds=60, max_lease_seconds=3600, max_messages=limit, max_bytes=1 << 30)
+    r = Receiver(Rpc(FakeClient()), [SUB], lease_seconds=60, max_lease_seconds=3600, max_messages=limit, max_bytes=1 << 30)
     r.start()
     try:
         time.sleep(2.5)
-        held = r.held_count
+        held = r.flow.held_messages
     finally:
-        r.stop(nack=False)
+        r.shutdown(hand_back=False, within=2)
     assert held <= limit, f"receiver holds {held} messages with maxOutstandingMessages={limit}"

@@ -125,11 +125,11 @@ def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(spark, emu
          .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "chk")).start())
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(lambda: sampler.last().get("acknowledged", 0) >= len(ids), 600,
-                       what="every message acknowledged")
+            wait_until(lambda: sampler.last().get("ackConfirmed", 0) >= len(ids), 600,
+                       what="every message acknowledged", query=q)
             # The malformed count is taken beside the stream, after the commit: let it catch up.
             wait_until(lambda: sampler.last().get("malformed", 0) >= len(bad_ids), 60,
-                       what="the malformed metric to count every hostile message")
+                       what="the malformed metric to count every hostile message", query=q)
     finally:
         q.stop()
     last = sampler.last()

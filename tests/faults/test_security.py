@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from crdb_pubsub.options import OptionError, parse_options
+from crdb_pubsub.source.options import OptionError, parse_options
 
 SUB = "projects/p/subscriptions/sub-x"
 
@@ -83,7 +83,7 @@ def test_options_repr_and_errors_hide_credentials(tmp_path, monkeypatch, how):
     # The reader pickled to executors carries no credentials at all.
     import pickle
 
-    from crdb_pubsub.datasource import CrdbPubSubStreamReader
+    from crdb_pubsub.source.datasource import CrdbPubSubStreamReader
     from crdb_pubsub.schema import spark_schema
 
     blob = pickle.dumps(CrdbPubSubStreamReader(opts, spark_schema(None)))
@@ -92,14 +92,14 @@ def test_options_repr_and_errors_hide_credentials(tmp_path, monkeypatch, how):
 
 @pytest.mark.parametrize("how", ["credentialsJson", "credentialsFile"])
 def test_credentials_loading_failures_hide_key_material(tmp_path, monkeypatch, caplog, how):
-    from crdb_pubsub.pubsub import CredentialsError, load_credentials
+    from crdb_pubsub.source.transport import CredentialsError, load_credentials
 
     _clean_env(monkeypatch)
     caplog.set_level(logging.DEBUG)
     info, path, needles = _throwaway_key(tmp_path)
     # A well-formed key loads (offline: no token is fetched yet).
     value = json.dumps(info) if how == "credentialsJson" else str(path)
-    assert load_credentials(parse_options({"subscription": SUB, how: value})) is not None
+    assert load_credentials(**parse_options({"subscription": SUB, how: value}).credential_kwargs()) is not None
     # A corrupted key (truncated PEM) fails, and the failure shows none of it.
     broken = dict(info, private_key=info["private_key"][: len(info["private_key"]) // 2])
     bad_path = tmp_path / f"broken-{uuid.uuid4().hex}.json"
@@ -111,7 +111,7 @@ def test_credentials_loading_failures_hide_key_material(tmp_path, monkeypatch, c
     needles.append(Path(missing).name)
     for v in cases:
         with pytest.raises(CredentialsError) as exc:
-            load_credentials(parse_options({"subscription": SUB, how: v}))
+            load_credentials(**parse_options({"subscription": SUB, how: v}).credential_kwargs())
         _assert_clean("".join(traceback.format_exception(exc.value)), needles, f"CredentialsError ({how})")
     _assert_clean(caplog.text, needles, "crdb_pubsub logs")
 
@@ -119,8 +119,9 @@ def test_credentials_loading_failures_hide_key_material(tmp_path, monkeypatch, c
 def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, caplog):
     """The whole driver path (options -> credentials -> client -> first RPC) with a key whose
     token exchange fails: the ReceiverError and the logs carry no key material."""
-    from crdb_pubsub.planner import _make_receiver
-    from crdb_pubsub.receiver import ReceiverError
+    from crdb_pubsub.source.metrics import Counters
+    from crdb_pubsub.source.planner import _make_receiver
+    from crdb_pubsub.source.receiver import ReceiverError
 
     _clean_env(monkeypatch)
     caplog.set_level(logging.DEBUG)
@@ -128,7 +129,7 @@ def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, ca
     # (One variant: each start waits out the receiver's 15 s start timeout; credentialsFile
     # shares everything after loading, which the test above covers.)
     for opts in (parse_options({"subscription": SUB, "credentialsJson": json.dumps(info)}),):
-        receiver = _make_receiver(opts)
+        receiver = _make_receiver(opts, Counters())
         with pytest.raises(Exception) as exc:
             receiver.start()
         assert isinstance(exc.value, ReceiverError), repr(exc.value)

@@ -52,8 +52,8 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     t0 = time.monotonic()
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(lambda: sampler.last().get("acknowledged", 0) >= len(ids), 60 + slow_batches * sleep_s * 3,
-                       what="every message acknowledged")
+            wait_until(lambda: sampler.last().get("ackConfirmed", 0) >= len(ids), 60 + slow_batches * sleep_s * 3,
+                       what="every message acknowledged", query=q)
             time.sleep(1)
     finally:
         q.stop()
@@ -108,10 +108,10 @@ def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subs
 
     q = run()
     try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart")
+        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q)
         with MetricsSampler(q) as sampler:  # let acknowledgements of the last batches happen
-            wait_until(lambda: sampler.last().get("awaitingAck", 1) == 0 and sampler.last().get("buffered", 1) == 0,
-                       60, what="the restarted query to settle")
+            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("buffered", 1) == 0,
+                       60, what="the restarted query to settle", query=q)
     finally:
         q.stop()
     got = sink.ids()

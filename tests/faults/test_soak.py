@@ -92,7 +92,7 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
                     break
                 time.sleep(1.0)
             assert sink_rows[0] >= n, f"only {sink_rows[0]} of {n} rows in {time.monotonic() - t0:.0f} s"
-            wait_until(lambda: sampler.last().get("awaitingAck", 1) == 0, 60, what="the last batch acknowledged")
+            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q)
             last = sampler.last()
     finally:
         q.stop()

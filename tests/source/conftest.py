@@ -16,7 +16,7 @@ FAKE_HOST = "127.0.0.1:1"  # never dialled: the client factory is replaced by th
 @pytest.fixture
 def fake(monkeypatch) -> FakePubSub:
     """A :class:`FakePubSub` that every reader built in the test talks to."""
-    import crdb_pubsub.pubsub as transport
+    import crdb_pubsub.source.transport as transport
 
     service = FakePubSub()
     monkeypatch.setattr(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
@@ -25,7 +25,7 @@ def fake(monkeypatch) -> FakePubSub:
 
 def build_reader(subscription: str, **options: Any) -> Any:
     """A stream reader as Spark builds it in the driver: options validated at load()."""
-    from crdb_pubsub.datasource import CrdbPubSubDataSource
+    from crdb_pubsub.source.datasource import CrdbPubSubDataSource
 
     opts = {"subscription": subscription, "emulatorHost": FAKE_HOST}
     opts.update({k: str(v) for k, v in options.items()})
