@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv (see examples/bootstrap.sh) and runs the whole suite
+# The test command: sets up a virtualenv (see examples/bootstrap.sh) and runs the suite
 # (unit + integration against the real Pub/Sub emulator + Spark end to end).
-# Extra arguments go to pytest, e.g.  bash tests/run.sh -k decoding
+#   bash tests/run.sh                          # everything, on the pinned pyspark (.venv)
+#   bash tests/run.sh -k decoding              # extra arguments go to pytest
+#   bash tests/run.sh --pyspark 4.0.5          # the smoke run (tests/versions) on another Spark,
+#                                              # in its own cached venv
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ARGS=()
+if [ "${1:-}" = "--pyspark" ]; then
+  export PYSPARK_VERSION="$2"
+  shift 2
+  export CRDB_PUBSUB_SMOKE=1
+  ARGS=(tests/versions)
+fi
 source "$ROOT/examples/bootstrap.sh"
 cd "$ROOT"
-exec "$PY" -m pytest -ra "$@"
+echo "==> pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)')"
+exec "$PY" -m pytest -ra "${ARGS[@]}" "$@"

@@ -1,0 +1,154 @@
+"""What must hold on every Spark version the README claims (4.0, 4.1, 4.2, 4.3), end to end on
+the emulator: an AvailableNow drain, a failing sink then a restart, a SIGKILL then a restart.
+
+On Spark 4.0/4.1 Trigger.AvailableNow runs as a single batch and Spark tells the source of that
+batch's commit only at the next run's first call, so the drain is two runs there: the second
+acknowledges the first one's batch (recognised through the stateDir) and reads nothing new.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from conftest import pull_ids, wait_for
+from stream_job import job_command
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+SPARK = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+SINGLE_BATCH_AVAILABLE_NOW = SPARK < (4, 2)
+ACK_DEADLINE = 5
+
+
+def body(i: int) -> bytes:
+    return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"smoke"}}'.encode()
+
+
+def _counts(ids, got) -> tuple[int, int]:
+    c = collections.Counter(got)
+    return len(set(ids) - set(c)), sum(n - 1 for n in c.values())
+
+
+def _parquet_ids(out: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    meta = out / "_spark_metadata"
+    files = []
+    for log in sorted(meta.iterdir()) if meta.exists() else []:
+        if log.name.startswith(".") or log.name.endswith(".tmp"):
+            continue
+        import json
+
+        for line in log.read_text().splitlines()[1:]:
+            if line.strip():
+                entry = json.loads(line)
+                if entry.get("action") != "delete":
+                    files.append(entry["path"].removeprefix("file://").removeprefix("file:"))
+    return [m for f in files for m in pq.read_table(f, columns=["message_id"]).column(0).to_pylist()]
+
+
+def _run_job(host: str, sub: str, tmp: Path, *, available_now: bool, max_per_trigger: int = 0, timeout: float = 300):
+    cmd = job_command(host, sub, tmp, state=True, available_now=available_now, ack_deadline=ACK_DEADLINE,
+                      max_per_trigger=max_per_trigger)
+    return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def _drain(host: str, sub: str, tmp: Path) -> None:
+    """Trigger.AvailableNow until the backlog is read and acknowledged (see the module docstring)."""
+    for _ in range(2 if SINGLE_BATCH_AVAILABLE_NOW else 1):
+        _finish(_run_job(host, sub, tmp, available_now=True))
+
+
+def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path):
+    topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
+    ids = publish(topic, [body(i) for i in range(2000)])
+    _drain(emulator_host, sub, tmp_path)
+    lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
+    time.sleep(ACK_DEADLINE + 1)
+    left = pull_ids(emulator_host, sub, timeout=2.0)
+    print(f"FAULT-RESULT spark={pyspark.__version__} available-now lost={lost} duplicated={duplicated} left={len(left)}")
+    assert (lost, duplicated, len(left)) == (0, 0, 0)
+
+
+def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_subscription, publish, tmp_path):
+    """Issue 9 scenario 1 end to end: on 4.0/4.1 Spark's restart first calls partitions(X, X) for
+    the batch whose sink failed; the replay must still deliver it."""
+    topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
+    ids = publish(topic, [body(i) for i in range(1000)])
+    seen_dir = tmp_path / "sink"
+    seen_dir.mkdir()
+    failed: dict = {}
+
+    def sink(df, batch_id):
+        got = [r.message_id for r in df.select("message_id").collect()]
+        if got and "ids" not in failed and len(list(seen_dir.iterdir())) >= 1:
+            failed["ids"] = got
+            raise RuntimeError("sink fails on purpose")
+        (seen_dir / f"{batch_id:06d}").write_text("\n".join(got))  # batch N replaces file N
+
+    def start():
+        return (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
+                .option("stateDir", str(tmp_path / "state")).option("ackDeadlineSeconds", str(ACK_DEADLINE))
+                .option("maxMessagesPerTrigger", "200").load()
+                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+
+    def seen() -> list[str]:
+        return [m for p in sorted(seen_dir.iterdir()) for m in p.read_text().split("\n") if m]
+
+    q = start()
+    with pytest.raises(Exception, match="sink fails on purpose"):
+        q.awaitTermination(180)
+    assert failed.get("ids")
+    q = start()
+    try:
+        wait_for(q, lambda: set(ids) <= set(seen()), 180, "every message in the sink after the restart")
+    finally:
+        q.stop()
+    lost, duplicated = _counts(ids, seen())
+    print(f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir lost={lost} duplicated={duplicated}")
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, publish, tmp_path):
+    topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
+    ids = publish(topic, [body(i) for i in range(3000)])
+    first = _run_job(emulator_host, sub, tmp_path, available_now=False, max_per_trigger=250)
+    commits = tmp_path / "chk" / "commits"
+
+    def committed() -> int:
+        return len([p for p in commits.glob("*") if p.name.isdigit()]) if commits.exists() else 0
+
+    try:
+        end = time.monotonic() + 180
+        while committed() < 2:
+            assert first.poll() is None, first.stdout.read()
+            assert time.monotonic() < end, "the job never committed two batches"
+            time.sleep(0.1)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    time.sleep(ACK_DEADLINE + 1)  # what the dead driver held comes back
+    _drain(emulator_host, sub, tmp_path)
+    lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
+    time.sleep(ACK_DEADLINE + 1)
+    left = pull_ids(emulator_host, sub, timeout=2.0)
+    print(f"FAULT-RESULT spark={pyspark.__version__} sigkill-stateDir lost={lost} duplicated={duplicated} left={len(left)}")
+    assert (lost, duplicated, len(left)) == (0, 0, 0)
