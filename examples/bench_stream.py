@@ -10,7 +10,16 @@ changefeed messages). Measured in the same run:
       importing Spark's Python workers) and *warm* (after a 2,000-message warm-up query, as every
       query but the first one in a long-lived session, and every batch of a long-running stream).
 
-Prints both rates and (b)/(a). Not a test: absolute numbers are noisy here, the ratio is the figure.
+How the receiver pulls, measured without Spark on the same backlog:
+
+  (r) the connector's receiver alone: unary Pull (two pullers), flow control, leases, and an
+      acknowledgement per taken chunk;
+  (s) google-cloud-pubsub's own streaming subscriber (``SubscriberClient.subscribe`` with
+      ``FlowControl``: server-side outstanding limits, leasing, one callback per message that
+      acknowledges it).
+
+Prints every rate and, last, (b)/(a). Not a test: absolute numbers are noisy here, the ratio is
+the figure.
 
     python examples/bench_stream.py [--messages 50000] [--option key=value ...]
 """
@@ -75,6 +84,64 @@ def baseline(host: str, sub: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def receiver_alone(host: str, sub: str, n: int) -> float:
+    """Seconds for the connector's receiver (no Spark) to take and acknowledge ``n`` messages."""
+    from crdb_pubsub.source.receiver import Receiver
+    from crdb_pubsub.source.transport import Rpc, subscriber_client
+
+    r = Receiver(Rpc(subscriber_client(host)), [sub], lease_seconds=60, max_lease_seconds=3600,
+                 max_messages=50_000, max_bytes=256 << 20)
+    got = 0
+    t0 = time.perf_counter()
+    r.start()
+    try:
+        while got < n:
+            chunks = r.take()
+            if not chunks:
+                time.sleep(0.001)
+                continue
+            got += sum(len(c) for c in chunks)
+            r.ack(chunks)
+        r.acker.flush(30)
+        return time.perf_counter() - t0
+    finally:
+        r.shutdown(hand_back=True, within=5)
+
+
+def streaming_subscriber(host: str, sub: str, n: int) -> float:
+    """Seconds for google-cloud-pubsub's streaming subscriber to receive and ack ``n`` messages."""
+    import threading
+
+    from google.cloud.pubsub_v1.types import FlowControl
+
+    from crdb_pubsub.emulator import subscriber_client
+
+    client = subscriber_client(host)
+    done = threading.Event()
+    lock = threading.Lock()
+    count = [0]
+
+    def callback(message) -> None:
+        message.ack()
+        with lock:
+            count[0] += 1
+            if count[0] >= n:
+                done.set()
+
+    t0 = time.perf_counter()
+    future = client.subscribe(sub, callback, flow_control=FlowControl(max_messages=50_000, max_bytes=256 << 20))
+    try:
+        done.wait(600)
+        return time.perf_counter() - t0
+    finally:
+        future.cancel()
+        try:
+            future.result(timeout=30)
+        except Exception:  # noqa: BLE001 - cancelled on purpose
+            pass
+        client.close()
+
+
 def connector(spark, host: str, sub: str, n: int, options: dict[str, str]) -> tuple[float, int, int]:
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
@@ -106,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         topic, sub_a = create_topic_and_subscription(host, PROJECT, "bench", "bench-baseline", ack_deadline_seconds=60)
         _, sub_b = create_topic_and_subscription(host, PROJECT, "bench", "bench-connector", ack_deadline_seconds=60, exist_ok=True)
         _, sub_cold = create_topic_and_subscription(host, PROJECT, "bench", "bench-cold", ack_deadline_seconds=60, exist_ok=True)
+        _, sub_r = create_topic_and_subscription(host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True)
+        _, sub_s = create_topic_and_subscription(host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True)
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
         _publish(host, topic, bodies)
         print(f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
-              f"in {time.perf_counter() - t0:.1f} s to one topic with three subscriptions")
+              f"in {time.perf_counter() - t0:.1f} s to one topic with five subscriptions")
+        r = receiver_alone(host, sub_r, len(bodies))
+        s_ = streaming_subscriber(host, sub_s, len(bodies))
 
         spark = (
             SparkSession.builder.master("local[2]").appName("bench-stream")
@@ -129,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
 
     rate_a, rate_b, rate_cold = len(bodies) / a, rows / b, cold_rows / cold
+    print(f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)")
+    print(f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)")
     print(f"(a) plain pull(1000)+ack loop        : {a:7.2f} s  {rate_a:9,.0f} msg/s")
     print(f"(b) crdb_pubsub AvailableNow, warm   : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({rows:,} rows decoded, {batches} batches)")
     print(f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session)")
