@@ -56,6 +56,20 @@ def test_flow_sizes_pulls_by_count_and_by_bytes():
     assert f.reserve(stop).messages == 10
 
 
+def test_first_pulls_of_several_pullers_count_once_sizes_are_known():
+    """Two pullers' first Pulls go out before any size is known; the one still in flight must
+    count at the learned size, or together they overshoot maxOutstandingBytes (seen end to end:
+    77 messages of ~970 B held against a 64 KiB budget)."""
+    stop = threading.Event()
+    f = FlowControl(max_messages=100_000, max_bytes=64 * 1024)
+    a, b = f.reserve(stop), f.reserve(stop)
+    f.settle(a, 10, 10 * 1000, largest=1000)
+    c = f.reserve(stop)
+    f.settle(b, 10, 10 * 1000, largest=1000)  # b's answer arrives after c was sized
+    f.settle(c, c.messages, c.messages * 1000, largest=1000)
+    assert f.held_bytes <= 64 * 1024
+
+
 def test_flow_lets_a_lone_message_larger_than_the_budget_through():
     stop = threading.Event()
     f = FlowControl(max_messages=100, max_bytes=64 * 1024)

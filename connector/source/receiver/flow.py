@@ -44,6 +44,9 @@ class FlowControl:
         self.held_bytes = 0
         self._reserved_messages = 0
         self._reserved_bytes = 0
+        # Pulls sent before any size was known reserve no bytes; once a size is known they count
+        # at that size, or two pullers' first Pulls would overshoot the byte bound together.
+        self._reserved_unsized = 0
         self._recent_max: deque[int] = deque(maxlen=SIZE_MEMORY)
 
     def _estimate(self) -> int | None:
@@ -58,7 +61,8 @@ class FlowControl:
         if estimate is None:
             # Until a Pull has told us how large messages are, ask for few at a time.
             return Reservation(min(count_room, FIRST_PULL_MESSAGES), 0)
-        n = min(count_room, MAX_PULL_MESSAGES, byte_room // max(1, estimate))
+        byte_room -= self._reserved_unsized * estimate
+        n = min(count_room, MAX_PULL_MESSAGES, max(0, byte_room) // max(1, estimate))
         if n <= 0:
             if self.held_messages == 0 and self._reserved_messages == 0:
                 # A lone message larger than the whole budget must still move.
@@ -74,6 +78,8 @@ class FlowControl:
                 if r is not None:
                     self._reserved_messages += r.messages
                     self._reserved_bytes += r.bytes
+                    if not r.bytes:
+                        self._reserved_unsized += r.messages
                     return r
                 self._cond.wait(wait)
             return None
@@ -83,6 +89,8 @@ class FlowControl:
         with self._cond:
             self._reserved_messages -= r.messages
             self._reserved_bytes -= r.bytes
+            if not r.bytes:
+                self._reserved_unsized -= r.messages
             self.held_messages += messages
             self.held_bytes += nbytes
             if largest:
