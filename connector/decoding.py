@@ -21,6 +21,7 @@ import datetime as _dt
 import functools
 import itertools
 import operator
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import msgspec
@@ -432,10 +433,29 @@ _MAX_LAYOUTS = 4
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "prefixes", "end")
+    __slots__ = ("keys", "wrapper", "decode", "getters", "prefixes", "end", "by_length", "spaces")
 
     def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
         sep, colon = style
+        # When may the byte-for-byte rebuild be skipped for a length check? A body that decodes
+        # into this Struct holds only these keys, each at least once (values: the last occurrence).
+        # Its length is the canonical length, plus what each repeated member adds (at least its
+        # key, colon, comma and a one-byte value), plus escape and whitespace variants (never
+        # shorter), minus the canonical spaces it leaves out. If every possible repeated member is
+        # longer than all the canonical spaces together, "same length" means no key repeats (the
+        # general path's duplicate check) and the values read are the only ones. The compact
+        # layout has no spaces, so it always qualifies; CockroachDB's ", "/": " layout qualifies
+        # for few keys. Bare rows never skip: the general path rebuilds them in body key order.
+        spaces = (len(sep) - 1) * max(len(keys) - 1, 0) + (len(colon) - 1) * len(keys)
+        smallest = min((len(msgspec.json.encode(k)) + 3 for k in keys), default=0)
+        if wrapper:
+            smallest = min(smallest, len(b'"Key":1,'))
+        self.by_length = smallest > spaces and "__crdb__" not in keys
+        # Otherwise the same length still proves it when the body holds at least the canonical
+        # number of spaces outside the values read: each space left out of the layout, each
+        # repeated member, is then paid for in bytes the length has no room for. (Keys with a
+        # space, quote or backslash are not learned, so no key text holds a space.)
+        self.spaces = spaces
         names = [f"f{i}" for i in range(len(keys))]
         inner = msgspec.defstruct(
             "_Learned", [(n, Raw) for n in names], rename=dict(zip(names, keys)), forbid_unknown_fields=True, gc=False
@@ -485,6 +505,15 @@ def _interleave(prefixes: list[bytes], columns: list[list], end: bytes, m: int) 
     return b"".join(pieces) + (end if m else b"")
 
 
+def _same_length(raws: list, prefixes: list[bytes], columns: list[list], end: bytes) -> np.ndarray:
+    """Mask of the ``raws`` as long as their canonical rebuild (see _Layout.by_length)."""
+    m = len(raws)
+    want = np.full(m, sum(map(len, prefixes)) + len(end), dtype=np.int64)
+    for column in columns:
+        want += np.fromiter(map(len, column), dtype=np.int64, count=m)
+    return np.fromiter(map(len, raws), dtype=np.int64, count=m) == want
+
+
 def _rebuilt_equal(raws: list, prefixes: list[bytes], columns: list[list], end: bytes) -> np.ndarray:
     """Mask of the ``raws`` that equal their rebuild from ``columns`` (byte for byte)."""
     m = len(raws)
@@ -525,17 +554,49 @@ def _learn_keys(raw: Any, wrapper: bool) -> tuple[str, ...] | None:
 
 
 class _Matched:
-    """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic."""
+    """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic,
+    and the raw-text columns already built while proving them (by key; "" is the wrapper Key)."""
 
-    __slots__ = ("idx", "keys", "values", "key", "topic")
+    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays")
 
     def __init__(self, idx: np.ndarray, keys: tuple[str, ...], values: dict[str, list], key: list | None,
-                 topic: list | None) -> None:  # fmt: skip
+                 topic: list | None, arrays: dict[str, pa.Array]) -> None:  # fmt: skip
         self.idx = idx
         self.keys = keys
         self.values = values
         self.key = key
         self.topic = topic
+        self.arrays = arrays
+
+    def col(self, name: str, m: int) -> "_Col":
+        """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
+        arr = self.arrays.get(name)
+        if arr is not None:
+            return _Col.of(arr)
+        return _Col(self.key if name == "" else self.values.get(name), m)
+
+
+_SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
+
+
+def _row_spaces(raws: list) -> tuple[np.ndarray, pa.Array]:
+    """(spaces in each raw text, the raws as a string array)."""
+    arr = _raw_column(raws)[0]
+    return pc.count_substring(arr.view(pa.binary()), b" ").to_numpy(zero_copy_only=False).astype(np.int64), arr
+
+
+def _spaces_ok(raws: list, names: tuple[str, ...], columns: list[list], topic_json: list | None,
+               canonical: int) -> tuple[np.ndarray, dict[str, pa.Array]]:  # fmt: skip
+    """Whether each raw has at least ``canonical`` spaces outside the values read (see _Layout)."""
+    outside, _ = _row_spaces(raws)
+    arrays = {}
+    for name, column in zip(names, columns):
+        inside, arrays[name] = _row_spaces(column)
+        outside -= inside
+    if topic_json is not None:
+        per_topic = {t: t.count(b" ") for t in set(topic_json)}
+        outside -= np.fromiter(map(per_topic.__getitem__, topic_json), dtype=np.int64, count=len(raws))
+    return outside >= canonical, arrays
 
 
 def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any) -> list[_Matched]:
@@ -572,16 +633,30 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
             topics = columns[-1]
             encoded = {t: msgspec.json.encode(t) for t in set(topics)}
             rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
-        ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+        arrays: dict[str, pa.Array] = {}
+        if layout.by_length:
+            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
+        elif not wrapper or "__crdb__" in keys or not all(map(_SIMPLE_KEY.match, keys)):
+            # (a nested object's values are mostly not needed as columns: one rebuild is cheaper)
+            ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+        else:
+            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
+            if ok.any():
+                names = (("",) if wrapper else ()) + keys
+                value_columns = rebuild[:-1] if wrapper else rebuild
+                enough, arrays = _spaces_ok(subset, names, value_columns, rebuild[-1] if wrapper else None,
+                                            layout.spaces)  # fmt: skip
+                ok &= enough
         if ok.any():
             if not ok.all():
                 keep = ok.tolist()
                 columns = [list(itertools.compress(col, keep)) for col in columns]
+                arrays = {k: v.filter(pa.array(ok)) for k, v in arrays.items()}
             if wrapper:
                 key, columns, topic = columns[0], columns[1:-1], columns[-1]
             else:
                 key = topic = None
-            out.append(_Matched(got[ok], keys, dict(zip(keys, columns)), key, topic))
+            out.append(_Matched(got[ok], keys, dict(zip(keys, columns)), key, topic, arrays))
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
@@ -674,7 +749,10 @@ def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept:
         order.append(idx[g.idx])
         for name in names:
             vals = g.values.get(name)
-            pieces[name].append(pa.nulls(len(g.idx), pa.string()) if vals is None else _raw_column(vals)[0])
+            if vals is None:
+                pieces[name].append(pa.nulls(len(g.idx), pa.string()))
+            else:
+                pieces[name].append(g.arrays[name] if name in g.arrays else _raw_column(vals)[0])
     fields: dict[str, _Col] = {}
     if order:
         rows = np.concatenate(order)
@@ -748,23 +826,42 @@ def _accept_debezium(keys: tuple[str, ...]) -> bool:
     return "op" in keys and "ts_ms" in keys and _DEBEZIUM_FAST.issuperset(keys)
 
 
+def _bare_rows(g: _Matched, bodies: list) -> pa.Array:
+    """The rows of bare bodies proven canonical: CockroachDB's own layout of the columns, exactly
+    what the general path rebuilds. They are in the bodies already: ``{"Key":K,"Value":{"__crdb__":
+    M, <row>},"Topic":T}``, so each row is cut from the joined bodies (the space before ``<row>``
+    becomes its ``{``), without touching its values."""
+    m = len(g.idx)
+    if g.keys[0] != "__crdb__":
+        columns = [k for k in g.keys if k != "__crdb__"]
+        prefixes = [(b"{" if i == 0 else b", ") + msgspec.json.encode(k) + b": " for i, k in enumerate(columns)]
+        values = [g.values[k] for k in columns]
+        return _raw_column([_interleave(prefixes, [[v] for v in row], b"}", 1) for row in zip(*values)])[0]
+    body_len = np.fromiter(map(len, bodies), dtype=np.int64, count=m)
+    starts = np.zeros(m, dtype=np.int64)
+    np.cumsum(body_len[:-1], out=starts[1:])
+    key_len = np.fromiter(map(len, g.key), dtype=np.int64, count=m)
+    meta_len = np.fromiter(map(len, g.values["__crdb__"]), dtype=np.int64, count=m)
+    topic_len = {t: len(msgspec.json.encode(t)) for t in set(g.topic)}
+    topic_json = np.fromiter(map(topic_len.__getitem__, g.topic), dtype=np.int64, count=m)
+    space = starts + len(b'{"Key":') + key_len + len(b',"Value":{"__crdb__": ') + meta_len + 1
+    end = starts + body_len - len(b',"Topic":}') - topic_json
+    if int(end[-1]) > _OFFSET_LIMIT:
+        raise _TooLarge("a string column of this batch exceeds 2 GiB; decode fewer messages per call")
+    data = np.frombuffer(b"".join(bodies), dtype=np.uint8).copy()
+    data[space] = _OBJ_START
+    offsets = np.empty(2 * m, dtype=np.int32)
+    offsets[0::2] = space
+    offsets[1::2] = end
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * m - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pieces.take(pa.array(np.arange(0, 2 * m, 2))).view(pa.string())
+
+
 def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(g.idx)
-    key = _Col(g.key, m)
+    key = g.col("", m)
     bad = key.first != _ARR_START
-    columns = [k for k in g.keys if k != "__crdb__"]
-    # The row: CockroachDB's own layout of the columns, rebuilt exactly as the general path does.
-    prefixes = [(b"{" if i == 0 else b", ") + msgspec.json.encode(k) + b": " for i, k in enumerate(columns)]
-    values = [g.values[k] for k in columns]
-    blob = _interleave(prefixes, values, b"}", m)
-    lengths = np.full(m, sum(map(len, prefixes)) + 1, dtype=np.int64)
-    for v in values:
-        lengths += np.fromiter(map(len, v), dtype=np.int64, count=m)
-    offsets = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > _OFFSET_LIMIT:
-        raise _TooLarge("a string column of this batch exceeds 2 GiB; decode fewer messages per call")
-    after = pa.StringArray.from_buffers(m, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(blob))
+    after = _bare_rows(g, bodies)
     meta_ok, meta = _nested(g.values["__crdb__"], np.ones(m, dtype=bool), _CRDB_STYLE,
                             _BARE_META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
@@ -793,8 +890,8 @@ def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Arra
 
 def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(g.idx)
-    value = {k: _Col(g.values.get(k), m) for k in _ENRICHED_FAST}
-    key = _Col(g.key, m)
+    value = {k: g.col(k, m) for k in _ENRICHED_FAST}
+    key = g.col("", m)
     bad = ~((key.first == _ARR_START) | (key.first == _OBJ_START))
     key_objects = key.first == _OBJ_START
     if key_objects.any():
@@ -855,7 +952,7 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
 
 def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(g.idx)
-    value = {k: _Col(g.values.get(k), m) for k in _DEBEZIUM_FAST}
+    value = {k: g.col(k, m) for k in _DEBEZIUM_FAST}
     op = value["op"]
     bad = ~pc.is_in(op.arr, value_set=_DEBEZIUM_OP_TEXT).to_numpy(zero_copy_only=False)
     after_ok, after_null, after = _image(value["after"])
