@@ -11,6 +11,11 @@ Two paths, one result:
   arithmetic on whole columns (body length == sum of the parts + fixed punctuation, which also rules
   out duplicate or unknown keys and any whitespace variation), and the Arrow columns are built in
   bulk from the raw bytes. Anything the fast path cannot prove goes, message by message, to
+* fast paths for **bare**, **enriched** (both in the v2 wrapper) and **Debezium** bodies, whose
+  objects' keys are learned from the batch itself (see "learned layouts" below), and for **typed
+  rows** (``row_schema``), whose struct columns are built column by column
+  (:func:`crdb_pubsub.typed.struct_column`). Anything a fast path cannot prove goes, message by
+  message, to
 * the **general path** (:mod:`crdb_pubsub.envelopes`), which handles every envelope and every
   oddity and produces malformed rows with a reason.
 """
@@ -900,8 +905,8 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
         bad |= key_objects & ~kok
     op = value["op"]
     bad |= ~pc.is_in(op.arr, value_set=_ENRICHED_OP_TEXT).to_numpy(zero_copy_only=False)
-    after_ok, after_null, after = _image(value["after"])
-    before_ok, before_null, before = _image(value["before"])
+    after_ok, _, after = _image(value["after"])
+    before_ok, _, before = _image(value["before"])
     bad |= ~after_ok | ~before_ok | ~value["key"].starts(b"[{n")
     src = value["source"]
     bad |= ~src.starts(b"{n")
@@ -955,8 +960,8 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     value = {k: g.col(k, m) for k in _DEBEZIUM_FAST}
     op = value["op"]
     bad = ~pc.is_in(op.arr, value_set=_DEBEZIUM_OP_TEXT).to_numpy(zero_copy_only=False)
-    after_ok, after_null, after = _image(value["after"])
-    before_ok, before_null, before = _image(value["before"])
+    after_ok, _, after = _image(value["after"])
+    before_ok, _, before = _image(value["before"])
     bad |= ~after_ok | ~before_ok
     src = value["source"]
     bad |= ~src.starts(b"{n")
