@@ -546,13 +546,16 @@ def _rebuilt_equal(raws: list, prefixes: list[bytes], columns: list[list], end: 
     return np.add.reduceat(diff, starts) == 0
 
 
+_OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
+
+
 def _learn_keys(raw: Any, wrapper: bool) -> tuple[str, ...] | None:
     try:
-        obj = msgspec.json.decode(raw, type=dict[str, Raw])
+        obj = _OBJ_DECODE(raw)
         if wrapper:
             if list(obj) != ["Key", "Value", "Topic"]:
                 return None
-            obj = msgspec.json.decode(obj["Value"], type=dict[str, Raw])
+            obj = _OBJ_DECODE(obj["Value"])
     except Exception:
         return None
     return tuple(obj)
