@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import operator
 import re
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["TypedError", "json_row_converter", "csv_row_converter"]
+__all__ = ["TypedError", "json_row_converter", "csv_row_converter", "struct_column"]
 
 
 class TypedError(ValueError):
@@ -364,3 +365,202 @@ def csv_row_converter(schema: StructType) -> Callable[[list[str]], dict]:
         return out
 
     return conv
+
+
+# -- typed columns in bulk -------------------------------------------------------------------------
+#
+# The same conversion as :func:`json_row_converter`, column by column over many rows: each row
+# object is decoded once by msgspec into a Struct of ``Raw`` values (missing columns UNSET, extra
+# keys ignored, the last of duplicate keys wins, as with the dict the converter uses), and each
+# column's raw JSON texts go through Arrow compute kernels (STRING, integers, DECIMAL, DOUBLE,
+# BOOLEAN) without a Python object per value. Other types use the per-value converter on that
+# column only. A value the bulk path is not sure about marks its row "not done": the caller sends
+# that message to the general path, which produces the exact value or the exact error.
+
+_INT_PATTERN = r"^-?(?:0|[1-9][0-9]*)$"
+_DEC_PATTERN = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?$"
+_NUM_PATTERN = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$"
+_PLAIN_STRING = r'^"[^"\\]*"$'
+
+
+def _bulk_imports():  # pyarrow and numpy are only needed here; keep the per-value module light
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return np, pa, pc
+
+
+class _BulkSchema:
+    """Per-row-schema constants: the Struct type rows decode into and each column's handler."""
+
+    def __init__(self, schema: StructType, arrow_type: Any) -> None:
+        names = [f"f{i}" for i in range(len(schema.fields))]
+        self.struct = msgspec.defstruct(
+            "_TypedRow",
+            [(n, msgspec.Raw | msgspec.UnsetType, msgspec.UNSET) for n in names],
+            rename=dict(zip(names, schema.names)),
+            gc=False,
+        )
+        self.decode = msgspec.json.Decoder(list[self.struct]).decode
+        self.getters = [operator.attrgetter(n) for n in names]
+        self.fields = schema.fields
+        self.arrow_type = arrow_type
+        self.per_value = [_json_converter(f.dataType, f.name) for f in schema.fields]
+
+
+_BULK_CACHE: dict[str, _BulkSchema] = {}
+
+
+def _bulk_schema(schema: StructType, arrow_type: Any) -> _BulkSchema:
+    key = schema.json()
+    found = _BULK_CACHE.get(key)
+    if found is None:
+        if len(_BULK_CACHE) > 64:
+            _BULK_CACHE.clear()
+        found = _BULK_CACHE[key] = _BulkSchema(schema, arrow_type)
+    return found
+
+
+def struct_column(images: Any, schema: StructType, arrow_type: Any) -> tuple[Any, Any]:
+    """(Arrow struct array, per-row "not done" mask) for a string array of JSON row objects.
+
+    ``images`` holds each row's exact JSON object text (null for no row image). Rows flagged "not
+    done" must be decoded by the general path instead; the array holds nulls for them.
+    """
+    np, pa, pc = _bulk_imports()
+    m = len(images)
+    bulk = _bulk_schema(schema, arrow_type)
+    valid = images.is_valid().to_numpy(zero_copy_only=False) if images.null_count else None
+    filled = pc.fill_null(images, "{}") if valid is not None else images
+    try:
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, m], pa.int32()), filled), ",")
+        rows = bulk.decode(b"".join((b"[", joined[0].as_buffer(), b"]"))) if m else []
+    except (pa.ArrowException, msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
+        return None, np.ones(m, dtype=bool)
+    bad = np.zeros(m, dtype=bool)
+    children = []
+    for field, getter, conv, arrow_field in zip(bulk.fields, bulk.getters, bulk.per_value, arrow_type):
+        values = list(map(getter, rows))
+        child, child_bad = _typed_child(values, field, conv, arrow_field.type, np, pa, pc)
+        if child is None:
+            return None, np.ones(m, dtype=bool)
+        if valid is not None:
+            child_bad &= valid  # no row image, no value to check
+        bad |= child_bad
+        children.append(child)
+    mask = None if valid is None else pa.array(~valid)
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=mask), bad
+
+
+def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, pc) -> tuple[Any, Any]:
+    m = len(values)
+    missing = values.count(msgspec.UNSET)
+    raws = values if not missing else [b"null" if v is msgspec.UNSET else v for v in values]
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=m)
+    offsets = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > 2**31 - 1:
+        return None, None
+    data = b"".join(raws)
+    arr = pa.StringArray.from_buffers(m, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    first = np.zeros(m, dtype=np.uint8)
+    nonempty = lengths > 0
+    first[nonempty] = u8[offsets[:-1][nonempty]]
+    null = (first == ord("n")) & (lengths == 4)  # valid JSON starting with n is null
+    bad = np.zeros(m, dtype=bool)
+    if not field.nullable:
+        bad |= null
+    nulls = None if not null.any() else pa.array(null)
+    dtype = field.dataType
+
+    def checked(pattern: str) -> Any:
+        ok = pc.match_substring_regex(arr, pattern).to_numpy(zero_copy_only=False)
+        return ok | null
+
+    def masked(ok: Any) -> Any:
+        # null wherever the JSON is null or the value is left to the general path
+        drop = ~ok | null
+        return pa.array(drop) if drop.any() else None
+
+    if isinstance(dtype, StringType):
+        quoted = first == ord('"')
+        out = pc.if_else(pa.array(quoted), pc.utf8_slice_codeunits(arr, 1, -1), arr)
+        if quoted.any():
+            escaped = quoted & pc.match_substring(arr, "\\").to_numpy(zero_copy_only=False)
+            if escaped.any():
+                where = np.flatnonzero(escaped)
+                fixed = [_STR.decode(bytes(raws[i])) for i in where.tolist()]
+                out = pc.replace_with_mask(out, pa.array(escaped), pa.array(fixed, pa.string()))
+        if nulls is not None:
+            out = pc.if_else(nulls, pa.scalar(None, pa.string()), out)
+        return out, bad
+    if type(dtype) in _INT_RANGES:
+        lo, hi, _ = _INT_RANGES[type(dtype)]
+        ok = checked(_INT_PATTERN) & (lengths <= 20)
+        drop = masked(ok)
+        src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
+        try:
+            ints = pc.cast(src, pa.int64())
+        except pa.ArrowInvalid:  # beyond int64: let the general path say which
+            return _per_value(values, field, conv, arrow_type, pa, np)
+        if lo != -(2**63):
+            inside = pc.and_(pc.greater_equal(ints, lo), pc.less_equal(ints, hi))
+            inside = pc.fill_null(inside, True).to_numpy(zero_copy_only=False)
+            ok &= inside
+            if not inside.all():
+                ints = pc.if_else(pa.array(inside), ints, pa.scalar(None, pa.int64()))
+        return ints.cast(arrow_type), bad | ~ok
+    if isinstance(dtype, DecimalType):
+        ok = checked(_DEC_PATTERN)
+        drop = masked(ok)
+        src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
+        try:
+            return pc.cast(src, arrow_type), bad | ~ok
+        except pa.ArrowInvalid:  # too many digits or too much scale somewhere: find which
+            return _per_value(values, field, conv, arrow_type, pa, np)
+    if isinstance(dtype, DoubleType):
+        ok = checked(_NUM_PATTERN)
+        drop = masked(ok)
+        src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
+        try:
+            return pc.cast(src, pa.float64()), bad | ~ok
+        except pa.ArrowInvalid:
+            return _per_value(values, field, conv, arrow_type, pa, np)
+    if isinstance(dtype, BooleanType):
+        is_true = pc.equal(arr, "true").to_numpy(zero_copy_only=False)
+        is_false = pc.equal(arr, "false").to_numpy(zero_copy_only=False)
+        ok = is_true | is_false | null
+        out = pa.array(is_true)
+        drop = masked(ok)
+        if drop is not None:
+            out = pc.if_else(drop, pa.scalar(None, pa.bool_()), out)
+        return out, bad | ~ok
+    return _per_value(values, field, conv, arrow_type, pa, np)
+
+
+def _per_value(values: list, field: Any, conv: Conv, arrow_type: Any, pa, np) -> tuple[Any, Any]:
+    """The per-value converter on one column: exact for every type, slower."""
+    m = len(values)
+    bad = np.zeros(m, dtype=bool)
+    out: list = [None] * m
+    name = field.name
+    for i, raw in enumerate(values):
+        if raw is msgspec.UNSET:
+            if not field.nullable:
+                bad[i] = True
+            continue
+        raw = bytes(raw)
+        if raw == b"null":
+            if not field.nullable:
+                bad[i] = True
+            continue
+        try:
+            out[i] = conv(raw, name)
+        except (TypedError, msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+            bad[i] = True
+    try:
+        return pa.array(out, arrow_type), bad
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return None, None
