@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._version import __version__
-from .decoding import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
+from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 from . import apply  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
 from .apply import apply_batch, foreach_batch_apply, read_state
 

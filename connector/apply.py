@@ -36,7 +36,7 @@ Contract
   state and a batch that dies midway leaves the previous version current. The last three versions
   are kept. A merge rewrites the whole state of each table the batch touches (fine up to a few
   million rows per table; beyond that use a table format with MERGE, e.g. Delta or Iceberg).
-* **Typed columns.** ``after`` JSON text is parsed with :mod:`crdb_pubsub.typed` against the
+* **Typed columns.** ``after`` JSON text is parsed with :mod:`crdb_pubsub.decode.typed` against the
   table's schema: DECIMAL and BIGINT come from the exact digits CockroachDB sent (``26.30`` stays
   ``26.30``, ``9223372036854775807`` stays exact); JSONB/objects in a STRING column keep their
   exact JSON text; ``"NaN"``/``"Infinity"`` land in DOUBLE; ``\\x..`` hex in BINARY. A value that
@@ -170,7 +170,7 @@ def ddl_from_crdb_types(columns: Mapping[str, str]) -> str:
     JSONB, UUID, INTERVAL, TIME, INET, ENUM... become STRING (JSONB keeps its exact JSON text);
     TIMESTAMP and TIMESTAMPTZ become TIMESTAMP (UTC). Raises ``ValueError`` for unknown types.
     """
-    from .ddl import _quote
+    from .decode.ddl import _quote
 
     parts = []
     for name, sql in columns.items():
@@ -195,7 +195,7 @@ def _spark_type(sql: str, name: str) -> str:
 def _as_struct(schema: "str | StructType") -> "StructType":
     from pyspark.sql.types import StructType
 
-    from .ddl import parse_ddl
+    from .decode.ddl import parse_ddl
 
     if isinstance(schema, StructType):
         return schema
@@ -362,7 +362,7 @@ def _prepare_fn(struct_json: str | None) -> Callable[[Iterator[Any]], Iterator[A
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
-        from crdb_pubsub.typed import TypedError, json_row_converter
+        from crdb_pubsub.decode.typed import TypedError, json_row_converter
 
         struct = StructType.fromJson(json.loads(struct_json)) if struct_json else StructType([])
         conv = json_row_converter(struct) if struct_json else None
@@ -433,7 +433,7 @@ def _infer_schema(spark: "SparkSession", changes: "DataFrame") -> "StructType":
 
 def _table_schema(spark: "SparkSession", fs: _FS, table_dir: str, table: str,
                   schemas: Mapping[str, Any] | None, changes: "DataFrame") -> "StructType":
-    from .ddl import parse_ddl, to_ddl
+    from .decode.ddl import parse_ddl, to_ddl
 
     given = (schemas or {}).get(table)
     path = _join(table_dir, "_schema.ddl")
@@ -614,7 +614,7 @@ def _merge(spark: "SparkSession", fs: _FS, prepared: "DataFrame", struct: "Struc
          .write.mode("errorifexists").parquet(_join(table_dir, vdir, "rows")))
         (winners.where("_op = 'd'").select(*meta).coalesce(1)
          .write.mode("errorifexists").parquet(_join(table_dir, vdir, "tombstones")))
-        from .ddl import to_ddl
+        from .decode.ddl import to_ddl
 
         pointer = {"version": version, "path": vdir, "batch_id": batch_id, "rows": counts.rows,
                    "tombstones": counts.tombstones, "schema": to_ddl(struct), "written_at": time.time()}

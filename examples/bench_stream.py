@@ -36,7 +36,7 @@ PROJECT = "bench-project"
 
 
 def _bodies(n: int) -> list[bytes]:
-    from crdb_pubsub.simulator import ChangefeedSimulator
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     sim = ChangefeedSimulator(seed=1, updated=True)
     out = [m.data for m in sim.events(n)]

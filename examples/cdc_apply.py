@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     import crdb_pubsub
     from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state, simulator_schemas
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
-    from crdb_pubsub.simulator import ChangefeedSimulator, make_publisher
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator, make_publisher
 
     with emulator(project=PROJECT) as host, tempfile.TemporaryDirectory() as tmp:
         # 1. A changefeed WITH updated, diff: one topic per table, out of order, a few duplicates.

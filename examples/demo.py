@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     import crdb_pubsub
     from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state, simulator_schemas
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
-    from crdb_pubsub.simulator import ChangefeedSimulator, make_publisher
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator, make_publisher
 
     interrupted = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: interrupted.set())  # Ctrl-C: stop cleanly, then summarise

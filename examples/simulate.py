@@ -4,7 +4,7 @@
     python examples/simulate.py --dry-run --rows 5 --envelope enriched --enriched-properties source
 
 Prints the simulator's stats and the publish throughput as JSON. The argument parsing lives in
-``crdb_pubsub.simulator`` (``build_arg_parser`` / ``main``) so the ``crdb-pubsub simulate`` command
+``crdb_pubsub.tools.simulator`` (``build_arg_parser`` / ``main``) so the ``crdb-pubsub simulate`` command
 behaves the same.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from crdb_pubsub.simulator import main
+from crdb_pubsub.tools.simulator import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="simulate.py"))

@@ -133,7 +133,7 @@ def publish_simulated(host_port: str, project: str, sim, stem: str, n_rows: int,
     """Publish ``n_rows`` of ``sim``'s traffic to per-test copies of its topics (``<stem>-<topic>``),
     each with a subscription made first; returns ``(subscription_paths, PublishReport)``."""
     from crdb_pubsub.emulator import create_topic_and_subscription
-    from crdb_pubsub.simulator import make_publisher
+    from crdb_pubsub.tools.simulator import make_publisher
 
     subs = [
         create_topic_and_subscription(host_port, project, f"{stem}-{t}", f"{stem}-{t}-sub", ack_deadline_seconds=30)[1]

@@ -36,7 +36,7 @@ def change(key: int, at: str, op: str = "u", **after) -> dict:
 
 
 def batch(spark, rows: list[dict]):
-    from crdb_pubsub.schema import spark_schema
+    from crdb_pubsub.decode.schema import spark_schema
 
     schema = spark_schema()
     full = [{c: r.get(c) for c in schema.fieldNames()} for r in rows]
@@ -171,7 +171,7 @@ def test_schema_is_inferred_once_with_decimals(spark, tmp_path: Path):
 ])
 def test_stream_apply_equals_ground_truth(spark, emulator_host, tmp_path: Path, envelope, shuffle_window,
                                           duplicate_fraction):
-    from crdb_pubsub.simulator import ChangefeedSimulator
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     kw = {"enriched_properties": "source"} if envelope == "enriched" else {"diff": True}
     sim = ChangefeedSimulator(seed=11, envelope=envelope, updated=True, resolved_every=100,

@@ -58,7 +58,7 @@ def test_simulate_dry_run_reuses_the_simulator():
 
 @pytest.mark.integration
 def test_tail_prints_decoded_rows_and_leaves_messages_unconsumed(emulator_host, make_subscription, publish):
-    from crdb_pubsub.simulator import ChangefeedSimulator
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     topic, sub = make_subscription(ack_deadline_seconds=60)
     sim = ChangefeedSimulator(seed=3, tables=["vehicles"], updated=True, diff=True, resolved_every=4)

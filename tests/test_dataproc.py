@@ -42,7 +42,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def test_streaming_job_via_spark_submit_with_the_wheel(spark, emulator_host, wheel, tmp_path: Path):
-    from crdb_pubsub.simulator import ChangefeedSimulator
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     sim = ChangefeedSimulator(seed=5, updated=True, diff=True, resolved_every=50)
     stem = f"dp-{tmp_path.name[-12:]}".replace("_", "-")

@@ -17,9 +17,9 @@ import pytest
 
 import crdb_pubsub
 from crdb_pubsub import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
-from crdb_pubsub.ddl import DDLError, parse_ddl, to_ddl
-from crdb_pubsub.envelopes import Context, decode_body
-from crdb_pubsub.schema import COLUMN_NAMES, arrow_schema
+from crdb_pubsub.decode.ddl import DDLError, parse_ddl, to_ddl
+from crdb_pubsub.decode.envelopes import Context, decode_body
+from crdb_pubsub.decode.schema import COLUMN_NAMES, arrow_schema
 
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

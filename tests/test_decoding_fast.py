@@ -18,7 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from crdb_pubsub import decode_messages, decoding
+from crdb_pubsub import decode_messages
+from crdb_pubsub.decode import decoder as decoding
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

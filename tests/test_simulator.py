@@ -1,4 +1,4 @@
-"""Tests of crdb_pubsub.simulator: CockroachDB's exact bytes, determinism, ground truth, publishing."""
+"""Tests of crdb_pubsub.tools.simulator: CockroachDB's exact bytes, determinism, ground truth, publishing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from crdb_pubsub.simulator import (
+from crdb_pubsub.tools.simulator import (
     INT8_MAX,
     TABLES,
     ChangefeedSimulator,
@@ -566,7 +566,7 @@ def test_cli_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 def test_publish_to_emulator_and_pull_back() -> None:
     from crdb_pubsub.emulator import emulator_or_skip, subscriber_client
 
-    from crdb_pubsub.simulator import make_publisher
+    from crdb_pubsub.tools.simulator import make_publisher
 
     project = "crdb-sim-test"
     sim = ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50,

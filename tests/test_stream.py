@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pull_ids, wait_for
-from crdb_pubsub.simulator import ChangefeedSimulator
+from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

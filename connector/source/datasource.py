@@ -60,7 +60,7 @@ HAND_BACK_SECONDS = 5.0  # how long a terminated reader may take to hand its mes
 def _row_struct(options: SourceOptions) -> "StructType | None":
     if not options.rowSchema:
         return None
-    from ..ddl import parse_ddl
+    from ..decode.ddl import parse_ddl
 
     return parse_ddl(options.rowSchema)
 
@@ -83,7 +83,7 @@ class CrdbPubSubDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> "StructType":
-        from ..schema import spark_schema
+        from ..decode.schema import spark_schema
 
         return spark_schema(_row_struct(self.source_options))
 
@@ -221,7 +221,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         """Decode one partition's messages into record batches of the output schema."""
         import pyarrow.compute as pc
 
-        from ..decoding import DecodeStats, decode_messages
+        from ..decode import DecodeStats, decode_messages
         from .stats import send_report
         from .wire import from_ipc
 

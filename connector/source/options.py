@@ -122,7 +122,7 @@ class SourceOptions(BaseModel):
         if v is None:
             return v
         try:
-            from ..ddl import parse_ddl  # the decoder's DDL parser: one grammar for both
+            from ..decode.ddl import parse_ddl  # the decoder's DDL parser: one grammar for both
         except ImportError:  # pragma: no cover - decoder not installed yet
             return v
         parse_ddl(v)

@@ -63,7 +63,7 @@ def build_flood(good: int, big_bad: int, big_good: int, seed: int = 6) -> tuple[
 
 def _expected_kinds_hold(bodies: list[bytes], bad: list[bool]) -> None:
     """The decoder itself agrees which bodies are hostile (one of each shape is enough)."""
-    from crdb_pubsub.decoding import decode_messages
+    from crdb_pubsub.decode.decoder import decode_messages
 
     sample = {}
     for b, is_bad in zip(bodies, bad):

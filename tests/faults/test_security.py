@@ -84,7 +84,7 @@ def test_options_repr_and_errors_hide_credentials(tmp_path, monkeypatch, how):
     import pickle
 
     from crdb_pubsub.source.datasource import CrdbPubSubStreamReader
-    from crdb_pubsub.schema import spark_schema
+    from crdb_pubsub.decode.schema import spark_schema
 
     blob = pickle.dumps(CrdbPubSubStreamReader(opts, spark_schema(None)))
     _assert_clean(blob.decode("latin-1"), needles, "the pickled reader")

@@ -57,7 +57,7 @@ def test_dedupe_window_is_compact(fake, make_reader):
 def test_driver_does_not_decode_committed_batches(fake, make_reader, monkeypatch):
     """Decoding happens once, in ``read()`` on the executors; the driver never decodes a batch again
     (today's ``malformed`` metric must come from the executors' decode)."""
-    import crdb_pubsub.decoding as decoding
+    import crdb_pubsub.decode.decoder as decoding
 
     calls = {"read": 0, "decode": 0}
     real = decoding.decode_messages

@@ -14,9 +14,9 @@ Two paths, one result:
 * fast paths for **bare**, **enriched** (both in the v2 wrapper) and **Debezium** bodies, whose
   objects' keys are learned from the batch itself (see "learned layouts" below), and for **typed
   rows** (``row_schema``), whose struct columns are built column by column
-  (:func:`crdb_pubsub.typed.struct_column`). Anything a fast path cannot prove goes, message by
+  (:func:`crdb_pubsub.decode.typed.struct_column`). Anything a fast path cannot prove goes, message by
   message, to
-* the **general path** (:mod:`crdb_pubsub.envelopes`), which handles every envelope and every
+* the **general path** (:mod:`crdb_pubsub.decode.envelopes`), which handles every envelope and every
   oddity and produces malformed rows with a reason.
 """
 

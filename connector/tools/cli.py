@@ -49,7 +49,7 @@ def _positive_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
-    from crdb_pubsub.decoding import ENVELOPES
+    from crdb_pubsub.decode.decoder import ENVELOPES
 
     parser = _Parser(prog=PROG, description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, "
                                             "and run the local emulator.")
@@ -274,7 +274,7 @@ def _clip(text: str, width: int) -> str:
 
 
 def _simulate(argv: Sequence[str], err: TextIO) -> int:
-    from crdb_pubsub import simulator
+    from crdb_pubsub.tools import simulator
 
     prog = f"{PROG} simulate"
     # Validate with the simulator's own parser (one-line errors), then let its main() run it.

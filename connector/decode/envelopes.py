@@ -1,6 +1,6 @@
 """The careful, general decoder: one Pub/Sub message body in, change rows (or a reason) out.
 
-This path handles every envelope and every oddity; :mod:`crdb_pubsub.decoding` only sends here the
+This path handles every envelope and every oddity; :mod:`crdb_pubsub.decode.decoder` only sends here the
 messages its fast path could not prove canonical. Sub-objects are kept as ``msgspec.Raw`` so row
 values keep the exact text CockroachDB sent (``26.30`` stays ``26.30``).
 
