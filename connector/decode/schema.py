@@ -77,9 +77,21 @@ def spark_schema(row_schema: "StructType | None" = None) -> "StructType":
 def arrow_schema(row_schema: "StructType | None" = None) -> pa.Schema:
     """The Arrow schema every record batch must match.
 
-    Spark's data source worker builds its expectation with ``to_arrow_schema(schema, timezone="UTC")``
-    and compares with ``pa.Schema.equals``; we call the very same function.
+    Spark's data source worker builds its expectation with ``to_arrow_schema`` and compares with
+    ``pa.Schema.equals``; we call the very same function the way the running Spark's worker does.
     """
+    return spark_to_arrow(spark_schema(row_schema))
+
+
+def spark_to_arrow(struct: "StructType") -> pa.Schema:
+    """``to_arrow_schema`` as the running pyspark's data source worker calls it: 4.2+ pass
+    ``timezone="UTC"``; 4.0/4.1 have no such argument (their default, ``timestamp_utc=True``, is
+    the same UTC timestamps)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema(row_schema), timezone="UTC")
+    try:
+        return to_arrow_schema(struct, timezone="UTC")
+    except TypeError as exc:
+        if "timezone" not in str(exc):
+            raise
+        return to_arrow_schema(struct)
