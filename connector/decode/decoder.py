@@ -35,13 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import UNSET, Raw, UnsetType
 
-from .envelopes import ENVELOPE_CHOICES, Bad, Context, Row, decode_body, table_from_topic
+from .envelopes import Bad, Context, Row, decode_body, table_from_topic
+from .hlc import HLC_QUOTED, HLC_TEXT, MAX_MICROS
 from .schema import COLUMN_NAMES, arrow_schema
+from .vocabulary import ENVELOPES, MODES
 
 __all__ = ["DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched", "MODES", "ENVELOPES"]
 
-MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
-ENVELOPES = ENVELOPE_CHOICES
 
 
 class DecodeStats:
@@ -171,7 +171,6 @@ def _bodies_list(bodies: Any) -> list[bytes]:
 # -- bulk Arrow helpers ----------------------------------------------------------------------------
 
 _OFFSET_LIMIT = 2**31 - 1
-_MAX_MICROS = 2**63 - 1
 
 
 class _TooLarge(ValueError):
@@ -235,7 +234,6 @@ def _utf8_bad(arr: pa.Array, raws: list) -> np.ndarray | None:
         return bad
 
 
-_HLC_FAST = r"^(?:[0-9]{1,18}|[1-8][0-9]{18})\.[0-9]{10}$"
 
 
 def _hlc_micros(arr: pa.Array) -> pa.Array:
@@ -379,7 +377,7 @@ def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
                 hlc[name] = pa.nulls(m, pa.string())
                 continue
             arr = pa.array(vals if absent == 0 else [None if v is UNSET else v for v in vals], pa.string())
-            ok = pc.fill_null(pc.match_substring_regex(arr, _HLC_FAST), True)
+            ok = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
             bad |= ~ok.to_numpy(zero_copy_only=False)
             hlc[name] = arr
         if not bad.any():
@@ -674,7 +672,6 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
 
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
 _PLAIN_STRING = r'^"[^"\\]*"$'
-_HLC_QUOTED = r'^"(?:[0-9]{1,18}|[1-8][0-9]{18})\.[0-9]{10}"$'
 _INT_ANY = r"^-?[0-9]+$"  # what the general path's _int_field reads as an integer
 _INT_SAFE = r"^(?:-?[0-9]{1,18}|[1-8][0-9]{18})$"  # ... and what surely fits an int64
 _NULL_STR = pa.scalar(None, pa.string())
@@ -874,7 +871,7 @@ def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Arra
                             _BARE_META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
     bad |= ~meta["key"].starts(b"[{n") | ~meta["topic"].starts(b'"')
-    bad |= ~meta["updated"].matches(_HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(_HLC_QUOTED)
+    bad |= ~meta["updated"].matches(HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(HLC_QUOTED)
     bad |= _body_utf8_bad(bodies)
     updated = meta["updated"].unquoted()
     mvcc = meta["mvcc_timestamp"].unquoted()
@@ -920,8 +917,8 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
     bad |= src_obj & ~origin_ok
-    bad |= ~sf["table_name"].matches(_PLAIN_STRING) | ~sf["ts_hlc"].matches(_HLC_QUOTED)
-    bad |= ~sf["mvcc_timestamp"].matches(_HLC_QUOTED)
+    bad |= ~sf["table_name"].matches(_PLAIN_STRING) | ~sf["ts_hlc"].matches(HLC_QUOTED)
+    bad |= ~sf["mvcc_timestamp"].matches(HLC_QUOTED)
     src_ns, src_ns_has, _ = sf["ts_ns"].ints()
     bad |= sf["ts_ns"].present & ~src_ns_has
     top_ns, top_ns_has, _ = value["ts_ns"].ints()
@@ -995,12 +992,12 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     micros = np.where(use_us, us, micros)
     known |= use_us
     rest &= ~use_us
-    ms_fits = ms <= _MAX_MICROS // 1000
+    ms_fits = ms <= MAX_MICROS // 1000
     use_ms = rest & has_ms & (ms > 0)
     micros = np.where(use_ms & ms_fits, ms * np.where(ms_fits, 1000, 0), micros)
     known |= use_ms & ms_fits
     rest &= ~use_ms
-    top_fits = top_ms <= _MAX_MICROS // 1000
+    top_fits = top_ms <= MAX_MICROS // 1000
     use_top = rest & has_top & (top_ms >= 0)
     micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
     known |= use_top & top_fits
@@ -1282,7 +1279,7 @@ def decode_messages(
         ``row_schema``, or (FAILFAST) :class:`MalformedMessageError`. Never for any message bytes
         in the other modes.
     """
-    envelope = _choice("envelope", envelope, ENVELOPE_CHOICES, upper=False)
+    envelope = _choice("envelope", envelope, ENVELOPES, upper=False)
     mode = _choice("mode", mode, MODES, upper=True)
     struct, schema = _resolve_schema(row_schema)
     if envelope == "csv" and struct is None:

@@ -18,15 +18,16 @@ from typing import Any, Callable
 import msgspec
 from msgspec import Raw
 
+from .hlc import HLC, MAX_MICROS, hlc_to_micros
+from .vocabulary import ENVELOPES
+
 __all__ = ["Bad", "Row", "decode_body", "table_from_topic", "hlc_to_micros"]
 
-ENVELOPE_CHOICES = ("auto", "wrapped", "bare", "key_only", "row", "enriched", "webhook", "debezium", "csv")
 
 _OBJ = msgspec.json.Decoder(dict[str, Raw])
 _LIST = msgspec.json.Decoder(list[Raw])
 _ANY = msgspec.json.Decoder()
 _WS = b" \t\n\r"
-_HLC = re.compile(r"[0-9]+\.[0-9]{10}\Z")
 _WRAPPED_KEYS = frozenset(("after", "before", "key", "topic", "updated", "mvcc_timestamp"))
 _ENRICHED_KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns", "updated", "mvcc_timestamp", "topic"))
 _ENRICHED_OPS = frozenset(("c", "u", "d", "r"))
@@ -37,7 +38,6 @@ _DEBEZIUM_KEYS = frozenset((
 ))  # fmt: skip
 _V2_KEYS = frozenset(("Key", "Value", "Topic"))
 _LEGACY_KEYS = frozenset(("key", "value", "topic"))
-_MAX_MICROS = 2**63 - 1
 
 
 class Bad(Exception):
@@ -161,15 +161,9 @@ def _short(raw: bytes, limit: int = 40) -> str:
 
 def _hlc(d: dict[str, bytes], name: str, where: str) -> str | None:
     value = _string(d, name, where)
-    if value is not None and not _HLC.match(value):
+    if value is not None and not HLC.match(value):
         raise Bad(f"{where}`{name}` must be an HLC timestamp like \"1701102296662969433.0000000000\", got {value!r}")
     return value
-
-
-def hlc_to_micros(hlc: str) -> int | None:
-    """Wall time of an HLC string in microseconds since the epoch (None when out of range)."""
-    micros = int(hlc.partition(".")[0]) // 1000
-    return micros if micros <= _MAX_MICROS else None
 
 
 def _object_or_null(d: dict[str, bytes], name: str, where: str) -> bytes | None:
@@ -527,7 +521,7 @@ def _enriched(d: dict[str, bytes], ctx: Context) -> Row:
         ns = _int_field(source, "ts_ns") if source else None
         if ns is None:
             ns = _int_field(d, "ts_ns")
-        row.commit_us = ns // 1000 if ns is not None and 0 <= ns // 1000 <= _MAX_MICROS else None
+        row.commit_us = ns // 1000 if ns is not None and 0 <= ns // 1000 <= MAX_MICROS else None
     return row
 
 
@@ -560,7 +554,7 @@ def _debezium(p: dict[str, bytes], raw: bytes, ctx: Context) -> Row:
         else:
             ms = _int_field(p, "ts_ms")
             row.commit_us = ms * 1000 if ms is not None and ms >= 0 else None
-    if row.commit_us is not None and not 0 <= row.commit_us <= _MAX_MICROS:
+    if row.commit_us is not None and not 0 <= row.commit_us <= MAX_MICROS:
         row.commit_us = None
     if "ddl" in p or "tableChanges" in p:
         row.kind = "ddl"

@@ -41,8 +41,6 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
 
-KINDS = ("row", "resolved", "ddl", "watermark", "message", "malformed")
-ENVELOPES = ("wrapped", "bare", "key_only", "row", "enriched", "webhook", "debezium", "csv")
 
 
 def spark_schema(row_schema: "StructType | None" = None) -> "StructType":

@@ -252,7 +252,9 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 def _PROGRESS_KINDS():  # noqa: N802 - a constant built lazily (pyarrow import on executors only)
     import pyarrow as pa
 
-    return pa.array(["resolved", "watermark"])
+    from ..decode.vocabulary import PROGRESS_KINDS
+
+    return pa.array(PROGRESS_KINDS)
 
 
 def register(spark: Any) -> None:

@@ -15,8 +15,8 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-ENVELOPES = ("auto", "wrapped", "bare", "key_only", "row", "enriched", "webhook", "debezium", "csv")
-MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+from ..decode.vocabulary import ENVELOPES, MODES
+
 
 _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P<sub>[^/]+)$")
 _TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")

@@ -49,7 +49,7 @@ def _positive_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
-    from crdb_pubsub.decode.decoder import ENVELOPES
+    from crdb_pubsub.decode.vocabulary import ENVELOPES
 
     parser = _Parser(prog=PROG, description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, "
                                             "and run the local emulator.")
