@@ -36,11 +36,8 @@ from .launcher import (
     EmulatorStartError,
     EmulatorUnavailable,
     emulator,
-    emulator_or_skip,
-    emulator_required,
     find_sdk_emulator,
     start_emulator,
-    start_emulator_or_skip,
 )
 
 __all__ = [
@@ -53,8 +50,6 @@ __all__ = [
     "EmulatorUnavailable",
     "create_topic_and_subscription",
     "emulator",
-    "emulator_or_skip",
-    "emulator_required",
     "export_line",
     "find_sdk_emulator",
     "publisher_client",
@@ -62,7 +57,6 @@ __all__ = [
     "running_state",
     "start_detached",
     "start_emulator",
-    "start_emulator_or_skip",
     "state_path",
     "stop_detached",
     "subscriber_client",

@@ -45,7 +45,6 @@ Backend = Literal["auto", "env", "sdk", "docker"]
 BACKENDS: tuple[str, ...] = ("auto", "env", "sdk", "docker")
 
 BACKEND_ENV = "CRDB_PUBSUB_EMULATOR_BACKEND"
-REQUIRE_ENV = "CRDB_PUBSUB_REQUIRE_EMULATOR"
 HOST_ENV = "PUBSUB_EMULATOR_HOST"
 
 DOCKER_IMAGE = "gcr.io/google.com/cloudsdktool/google-cloud-cli:emulators"
@@ -618,9 +617,14 @@ def _wait_sdk_ready(emu: Emulator, proc: subprocess.Popen, port: int, deadline: 
 
 
 def _start_docker(*, port: int | None, project: str, timeout: float, t0: float, detached: bool) -> Emulator:
-    from testcontainers.core.config import testcontainers_config
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.core.waiting_utils import wait_for_logs
+    try:
+        from testcontainers.core.config import testcontainers_config
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+    except ImportError as exc:
+        # An extra, so that executors install only what reading and decoding need.
+        raise EmulatorUnavailable("a Docker engine answers, but testcontainers is not installed: "
+                                  "pip install 'crdb-pubsub[emulator]'") from exc
 
     if detached:
         # Ryuk reaps containers when this process exits; a detached emulator must outlive us.
@@ -749,48 +753,6 @@ def emulator(*, port: int | None = None, backend: str = "auto", project: str = "
     yielded address on (e.g. to :func:`crdb_pubsub.emulator.pubsub_clients`).
     """
     emu = start_emulator(port=port, backend=backend, project=project, timeout=timeout, log_path=log_path)
-    try:
-        yield emu.host_port
-    finally:
-        emu.stop()
-
-
-def emulator_required() -> bool:
-    """True when ``CRDB_PUBSUB_REQUIRE_EMULATOR`` is set to a truthy value (CI sets ``1``)."""
-    return os.environ.get(REQUIRE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def start_emulator_or_skip(**kwargs: Any) -> Emulator:
-    """The test-suite policy: :func:`start_emulator`, or ``pytest.skip`` if none is installed.
-
-    With ``CRDB_PUBSUB_REQUIRE_EMULATOR=1`` a missing emulator fails the test instead (CI must
-    never go green by skipping). :class:`EmulatorStartError` (found but broken) always propagates:
-    a broken install is a failure, not a skip. Keyword arguments go to :func:`start_emulator`.
-    """
-    import pytest
-
-    try:
-        return start_emulator(**kwargs)
-    except EmulatorUnavailable as exc:
-        if emulator_required():
-            pytest.fail(f"{REQUIRE_ENV}=1 but no Pub/Sub emulator is available:\n{exc}", pytrace=False)
-        pytest.skip(f"no Pub/Sub emulator available (set {REQUIRE_ENV}=1 to fail instead): "
-                    f"{str(exc).splitlines()[0]} -- install google-cloud-cli-pubsub-emulator + Java 17+, "
-                    "or run Docker")
-
-
-@contextmanager
-def emulator_or_skip(**kwargs: Any) -> Iterator[str]:
-    """Like :func:`emulator` but with the skip/require policy of :func:`start_emulator_or_skip`.
-
-    Intended for a session fixture::
-
-        @pytest.fixture(scope="session")
-        def pubsub_emulator():
-            with emulator_or_skip() as host_port:
-                yield host_port
-    """
-    emu = start_emulator_or_skip(**kwargs)
     try:
         yield emu.host_port
     finally:

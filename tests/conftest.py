@@ -23,7 +23,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def emulator_host() -> Iterator[str]:
-    from crdb_pubsub.emulator import start_emulator_or_skip
+    from emulator_policy import start_emulator_or_skip
 
     emu = start_emulator_or_skip(project=PROJECT)
     try:

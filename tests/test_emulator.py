@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from crdb_pubsub import emulator as emu_pkg
 from crdb_pubsub.emulator import (
     EmulatorStartError,
     EmulatorUnavailable,
@@ -26,9 +25,9 @@ from crdb_pubsub.emulator import (
     emulator,
     pubsub_clients,
     start_emulator,
-    start_emulator_or_skip,
 )
 from crdb_pubsub.emulator import launcher
+from emulator_policy import emulator_required, start_emulator_or_skip
 
 PY = sys.executable
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc")
@@ -118,7 +117,7 @@ def sdk_or_skip() -> None:
     looked: list[str] = []
     if launcher.find_sdk_emulator(looked) is None:
         msg = "Cloud SDK Pub/Sub emulator not installed: " + "; ".join(looked)
-        if emu_pkg.emulator_required():
+        if emulator_required():
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
 

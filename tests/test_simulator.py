@@ -564,7 +564,8 @@ def test_cli_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.integration
 def test_publish_to_emulator_and_pull_back() -> None:
-    from crdb_pubsub.emulator import emulator_or_skip, subscriber_client
+    from crdb_pubsub.emulator import subscriber_client
+    from emulator_policy import emulator_or_skip
 
     from crdb_pubsub.tools.simulator import make_publisher
 
