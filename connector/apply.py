@@ -677,7 +677,7 @@ def foreach_batch_apply(state_dir: str, schemas: Mapping[str, "str | StructType"
 
 def simulator_schemas(tables: "list[str] | None" = None) -> dict[str, str]:
     """Spark DDL for the simulator's movr tables, derived from their CockroachDB column types."""
-    from .simulator import TABLES
+    from .tools.simulator import TABLES
 
     out = {}
     for name, t in TABLES.items():
@@ -737,7 +737,7 @@ def compare_to_ground_truth(spark: "SparkSession", state_dir: str, truth: Mappin
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    from .simulator import TABLES
+    from .tools.simulator import TABLES
 
     pks = dict(primary_keys or {t: list(v.pk) for t, v in TABLES.items()})
     problems: list[str] = []
