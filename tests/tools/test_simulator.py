@@ -22,7 +22,7 @@ from crdb_pubsub.tools.simulator import (
     main,
 )
 
-CONFORMANCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "conformance" / "crdb_examples.jsonl"
+CONFORMANCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "conformance" / "crdb_examples.jsonl"
 HLC_RE = re.compile(r"^\d{19}\.\d{10}$")
 
 

@@ -21,11 +21,11 @@ import pytest
 from crdb_pubsub import decode_messages
 from crdb_pubsub.decode import decoder as decoding
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 import bench_decode  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = Path(__file__).resolve().parents[3] / "shared"
 if not (SHARED / "conformance").is_dir():
     SHARED = Path("/work/shared")
 CONFORMANCE = [
