@@ -16,6 +16,16 @@ import pytest
 
 PROJECT = "test-project"
 
+# The fast suite is ``-m "not integration"``: whatever needs the emulator or a SparkSession is
+# integration by definition, whether or not its module says so.
+_INTEGRATION_FIXTURES = {"spark", "emulator_host"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.integration)
+
 # Spark's Python workers run `python3` from PATH unless told otherwise: point them at this venv.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

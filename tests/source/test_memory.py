@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import time
 import tracemalloc
 
@@ -32,6 +34,7 @@ def _drain(reader, timeout: float = 120) -> SparkCalls:
     return s
 
 
+@pytest.mark.integration  # drains 30,000 messages under tracemalloc
 def test_dedupe_window_is_compact(fake, make_reader):
     """Remembering acknowledged message ids for the dedupe window costs a few bytes per id, not a
     Python object per id (at 10,000 msg/s the 600 s window holds 6 million ids)."""

@@ -3,6 +3,8 @@ dedupe window counted from *their own* acknowledgement (scenario 2)."""
 
 from __future__ import annotations
 
+import pytest
+
 import time
 
 from spark_calls import Logs, SparkCalls
@@ -16,6 +18,7 @@ def body(i: int) -> bytes:
     return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode()
 
 
+@pytest.mark.integration  # waits out real expiry times
 def test_recovered_ids_keep_their_own_expiry(fake, make_reader, tmp_path, monkeypatch):
     fake.create_subscription(SUB, ack_deadline=8)
     shift = {"seconds": 0.0}

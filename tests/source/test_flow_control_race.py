@@ -20,7 +20,6 @@ import pytest
 from crdb_pubsub.source.receiver import Receiver
 from crdb_pubsub.source.transport import Rpc
 
-pytestmark = pytest.mark.faults
 
 SUB = "projects/p/subscriptions/sub-race"
 
