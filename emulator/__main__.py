@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn, TextIO
+from typing import Any, Callable, NoReturn, TextIO
 
 from .detached import export_line, remove_state, running_state, start_detached, state_from, state_path
 from .detached import stop_detached, write_state
@@ -32,24 +32,24 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {value}")
-    return value
+def argument_type(convert: Callable[[str], Any], not_a: str, ok: Callable[[Any], bool], must: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that converts and range-checks, with one-line errors (both CLIs use it)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{not_a}: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{must}, got {value}")
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+_port = argument_type(int, "not a port number", lambda v: 1 <= v <= 65535, "port must be in 1..65535")
+positive_number = argument_type(float, "not a number", lambda v: v > 0, "must be positive")
+positive_integer = argument_type(int, "not an integer", lambda v: v > 0, "must be positive")
 
 
 def _add_start_options(p: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def _add_start_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto (default; CRDB_PUBSUB_EMULATOR_BACKEND may force one), env, sdk or docker")
     p.add_argument("--project", default="local-project", help="project id for the readiness probe")
-    p.add_argument("--timeout", type=_positive, default=60.0, help="startup timeout in seconds (default 60)")
+    p.add_argument("--timeout", type=positive_number, default=60.0, help="startup timeout in seconds (default 60)")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +74,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("stop", help="stop the detached emulator (whole process group) and forget it",
                        description="Stop the emulator recorded by `start` (or a `run` elsewhere). "
                                    "Succeeds if nothing is running.")
-    p.add_argument("--grace", type=_positive, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--grace", type=positive_number, default=5.0, help="seconds between SIGTERM and SIGKILL")
     p = sub.add_parser("run", help="run the emulator in the foreground until Ctrl-C",
                        description="Start the emulator, print its export line, and stop it on Ctrl-C or SIGTERM.")
     _add_start_options(p)

@@ -18,24 +18,7 @@ import re
 from typing import Any, Callable
 
 import msgspec
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import types as T
 
 __all__ = ["TypedError", "json_row_converter", "csv_row_converter", "struct_column"]
 
@@ -50,10 +33,10 @@ _STR = msgspec.json.Decoder(str)
 _INT_RE = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 _NUM_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
 _INT_RANGES = {
-    ByteType: (-(2**7), 2**7 - 1, "TINYINT"),
-    ShortType: (-(2**15), 2**15 - 1, "SMALLINT"),
-    IntegerType: (-(2**31), 2**31 - 1, "INT"),
-    LongType: (-(2**63), 2**63 - 1, "BIGINT"),
+    T.ByteType: (-(2**7), 2**7 - 1, "TINYINT"),
+    T.ShortType: (-(2**15), 2**15 - 1, "SMALLINT"),
+    T.IntegerType: (-(2**31), 2**31 - 1, "INT"),
+    T.LongType: (-(2**63), 2**63 - 1, "BIGINT"),
 }
 _TS_RE = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:?\d{2})?\Z"
@@ -84,7 +67,7 @@ def _wrong(path: str, want: str, raw: bytes) -> TypedError:
 # -- scalar parsers shared by JSON and CSV ---------------------------------------------------------
 
 
-def _decimal_from_text(text: str, dtype: DecimalType, path: str) -> decimal.Decimal:
+def _decimal_from_text(text: str, dtype: T.DecimalType, path: str) -> decimal.Decimal:
     if not _NUM_RE.match(text):
         raise TypedError(f"column `{path}`: {_show(text)!s} is not a decimal number")
     value = decimal.Decimal(text)
@@ -186,8 +169,8 @@ def _json_text_string(raw: bytes, path: str) -> str:
     return _STR.decode(raw)
 
 
-def _json_converter(dtype: DataType, path: str) -> Conv:
-    if isinstance(dtype, StringType):
+def _json_converter(dtype: T.DataType, path: str) -> Conv:
+    if isinstance(dtype, T.StringType):
         return _json_string
     if type(dtype) in _INT_RANGES:
         lo, hi, name = _INT_RANGES[type(dtype)]
@@ -201,7 +184,7 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return value
 
         return conv_int
-    if isinstance(dtype, DecimalType):
+    if isinstance(dtype, T.DecimalType):
 
         def conv_decimal(raw: bytes, path: str) -> decimal.Decimal:
             if raw[:1] in (b'"', b"{", b"[", b"t", b"f"):
@@ -209,7 +192,7 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return _decimal_from_text(raw.decode("ascii", "replace"), dtype, path)
 
         return conv_decimal
-    if isinstance(dtype, (FloatType, DoubleType)):
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
 
         def conv_float(raw: bytes, path: str) -> float:
             if raw[:1] == b'"':
@@ -222,7 +205,7 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return float(raw)
 
         return conv_float
-    if isinstance(dtype, BooleanType):
+    if isinstance(dtype, T.BooleanType):
 
         def conv_bool(raw: bytes, path: str) -> bool:
             if raw == b"true":
@@ -232,7 +215,7 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             raise _wrong(path, "true or false", raw)
 
         return conv_bool
-    if isinstance(dtype, DateType):
+    if isinstance(dtype, T.DateType):
 
         def conv_date(raw: bytes, path: str) -> _dt.date:
             if _INT_RE.match(raw):
@@ -244,11 +227,11 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return _date_from_text(_json_text_string(raw, path), path)
 
         return conv_date
-    if isinstance(dtype, TimestampType):
+    if isinstance(dtype, T.TimestampType):
         return lambda raw, path: _timestamp_from_text(_json_text_string(raw, path), path)
-    if isinstance(dtype, BinaryType):
+    if isinstance(dtype, T.BinaryType):
         return lambda raw, path: _binary_from_text(_json_text_string(raw, path), path)
-    if isinstance(dtype, ArrayType):
+    if isinstance(dtype, T.ArrayType):
         element = _json_converter(dtype.elementType, path + "[]")
 
         def conv_array(raw: bytes, path: str) -> list:
@@ -258,7 +241,7 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return [None if item == b"null" else element(item, path) for item in items]
 
         return conv_array
-    if isinstance(dtype, MapType):
+    if isinstance(dtype, T.MapType):
         value_conv = _json_converter(dtype.valueType, path + "{}")
 
         def conv_map(raw: bytes, path: str) -> list:
@@ -268,12 +251,12 @@ def _json_converter(dtype: DataType, path: str) -> Conv:
             return [(k, None if v == b"null" else value_conv(v, f"{path}.{k}")) for k, v in pairs]
 
         return conv_map
-    if isinstance(dtype, StructType):
+    if isinstance(dtype, T.StructType):
         return _struct_converter(dtype, path + ".")
     raise TypeError(f"row schema type {dtype.simpleString()} is not supported")
 
 
-def _struct_converter(dtype: StructType, prefix: str) -> Conv:
+def _struct_converter(dtype: T.StructType, prefix: str) -> Conv:
     fields = [
         (f.name, _json_converter(f.dataType, f"{prefix}{f.name}"), f.nullable, f"{prefix}{f.name}")
         for f in dtype.fields
@@ -299,7 +282,7 @@ def _struct_converter(dtype: StructType, prefix: str) -> Conv:
     return conv_struct
 
 
-def json_row_converter(schema: StructType) -> Callable[[bytes], dict]:
+def json_row_converter(schema: T.StructType) -> Callable[[bytes], dict]:
     """A function from a row's JSON object text to a dict of Python values matching ``schema``.
 
     Missing columns become None, extra JSON keys are ignored. Raises :class:`TypedError`.
@@ -312,15 +295,15 @@ def json_row_converter(schema: StructType) -> Callable[[bytes], dict]:
 # -- CSV -------------------------------------------------------------------------------------------
 
 
-def _csv_converter(dtype: DataType, path: str) -> Callable[[str], Any]:
-    if isinstance(dtype, StringType):
+def _csv_converter(dtype: T.DataType, path: str) -> Callable[[str], Any]:
+    if isinstance(dtype, T.StringType):
         return lambda text: text
     if type(dtype) in _INT_RANGES:
         lo, hi, name = _INT_RANGES[type(dtype)]
         return lambda text: _int_from_text(text, lo, hi, name, path)
-    if isinstance(dtype, DecimalType):
+    if isinstance(dtype, T.DecimalType):
         return lambda text: _decimal_from_text(text, dtype, path)
-    if isinstance(dtype, (FloatType, DoubleType)):
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
 
         def conv_float(text: str) -> float:
             if text in _SPECIAL_FLOATS:
@@ -330,25 +313,25 @@ def _csv_converter(dtype: DataType, path: str) -> Callable[[str], Any]:
             return float(text)
 
         return conv_float
-    if isinstance(dtype, BooleanType):
+    if isinstance(dtype, T.BooleanType):
         return lambda text: _bool_from_text(text, path)
-    if isinstance(dtype, DateType):
+    if isinstance(dtype, T.DateType):
         return lambda text: _date_from_text(text, path)
-    if isinstance(dtype, TimestampType):
+    if isinstance(dtype, T.TimestampType):
         return lambda text: _timestamp_from_text(text, path)
-    if isinstance(dtype, BinaryType):
+    if isinstance(dtype, T.BinaryType):
         return lambda text: _binary_from_text(text, path)
     # Nested types have no CSV rendering we can trust; the column would be silently wrong.
     raise TypeError(f"row schema column `{path}` has type {dtype.simpleString()}, which format=csv cannot carry")
 
 
-def csv_row_converter(schema: StructType) -> Callable[[list[str]], dict]:
+def csv_row_converter(schema: T.StructType) -> Callable[[list[str]], dict]:
     """A function from one CSV record (list of fields) to a dict matching ``schema``, by position.
 
     An empty field is NULL for every type but STRING (where it is the empty string).
     Raises :class:`TypedError` on a field count mismatch or a value that does not fit.
     """
-    fields = [(f.name, _csv_converter(f.dataType, f.name), isinstance(f.dataType, StringType), f.nullable) for f in schema.fields]
+    fields = [(f.name, _csv_converter(f.dataType, f.name), isinstance(f.dataType, T.StringType), f.nullable) for f in schema.fields]
     width = len(fields)
 
     def conv(record: list[str]) -> dict:
@@ -394,7 +377,7 @@ def _bulk_imports():  # pyarrow and numpy are only needed here; keep the per-val
 class _BulkSchema:
     """Per-row-schema constants: the Struct type rows decode into and each column's handler."""
 
-    def __init__(self, schema: StructType, arrow_type: Any) -> None:
+    def __init__(self, schema: T.StructType, arrow_type: Any) -> None:
         names = [f"f{i}" for i in range(len(schema.fields))]
         self.struct = msgspec.defstruct(
             "_TypedRow",
@@ -412,7 +395,7 @@ class _BulkSchema:
 _BULK_CACHE: dict[str, _BulkSchema] = {}
 
 
-def _bulk_schema(schema: StructType, arrow_type: Any) -> _BulkSchema:
+def _bulk_schema(schema: T.StructType, arrow_type: Any) -> _BulkSchema:
     key = schema.json()
     found = _BULK_CACHE.get(key)
     if found is None:
@@ -422,7 +405,7 @@ def _bulk_schema(schema: StructType, arrow_type: Any) -> _BulkSchema:
     return found
 
 
-def struct_column(images: Any, schema: StructType, arrow_type: Any) -> tuple[Any, Any]:
+def struct_column(images: Any, schema: T.StructType, arrow_type: Any) -> tuple[Any, Any]:
     """(Arrow struct array, per-row "not done" mask) for a string array of JSON row objects.
 
     ``images`` holds each row's exact JSON object text (null for no row image). Rows flagged "not
@@ -484,7 +467,7 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
         drop = ~ok | null
         return pa.array(drop) if drop.any() else None
 
-    if isinstance(dtype, StringType):
+    if isinstance(dtype, T.StringType):
         quoted = first == ord('"')
         out = pc.if_else(pa.array(quoted), pc.utf8_slice_codeunits(arr, 1, -1), arr)
         if quoted.any():
@@ -512,7 +495,7 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
             if not inside.all():
                 ints = pc.if_else(pa.array(inside), ints, pa.scalar(None, pa.int64()))
         return ints.cast(arrow_type), bad | ~ok
-    if isinstance(dtype, DecimalType):
+    if isinstance(dtype, T.DecimalType):
         ok = checked(_DEC_PATTERN)
         drop = masked(ok)
         src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
@@ -520,7 +503,7 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
             return pc.cast(src, arrow_type), bad | ~ok
         except pa.ArrowInvalid:  # too many digits or too much scale somewhere: find which
             return _per_value(values, field, conv, arrow_type, pa, np)
-    if isinstance(dtype, DoubleType):
+    if isinstance(dtype, T.DoubleType):
         ok = checked(_NUM_PATTERN)
         drop = masked(ok)
         src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
@@ -528,7 +511,7 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
             return pc.cast(src, pa.float64()), bad | ~ok
         except pa.ArrowInvalid:
             return _per_value(values, field, conv, arrow_type, pa, np)
-    if isinstance(dtype, BooleanType):
+    if isinstance(dtype, T.BooleanType):
         is_true = pc.equal(arr, "true").to_numpy(zero_copy_only=False)
         is_false = pc.equal(arr, "false").to_numpy(zero_copy_only=False)
         ok = is_true | is_false | null

@@ -21,30 +21,12 @@ from typing import Any, Sequence, TextIO
 # The emulator's command line is part of this one: one parser flavour, one usage error.
 from crdb_pubsub.emulator.__main__ import OneLineErrorParser as _Parser
 from crdb_pubsub.emulator.__main__ import UsageError
+from crdb_pubsub.emulator.__main__ import positive_integer as _positive_int
+from crdb_pubsub.emulator.__main__ import positive_number as _positive_float
 
 __all__ = ["main", "build_parser", "tail"]
 
 PROG = "crdb-pubsub"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
