@@ -299,6 +299,15 @@ class Planner:
     # ---------------------------------------------------------------- internals
 
     def _prove_committed(self, upto: int) -> None:
+        # Batches an earlier process planned and Spark committed before that process heard of it
+        # (Spark 4.0/4.1 tell a single-batch AvailableNow run's commit only to the next run): held
+        # since recovery, acknowledged now with the newest ack ids their messages were delivered with.
+        known = sorted(b for b in self._recovered if b <= upto)
+        for bid in known:
+            _, chunks = self._recovered.pop(bid)
+            self._sealed[bid] = SealedBatch(bid, chunks, [], sum(len(c) for c in chunks))
+        if known:
+            log.info("batch(es) %s, planned by an earlier process, were committed by Spark: acknowledging them", known)
         done = sorted(b for b in self._sealed if b <= upto)
         if not done:
             return
