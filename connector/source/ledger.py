@@ -168,10 +168,7 @@ class Ledger:
     def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]]) -> None:
         """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id)."""
         if rows:
-            subs, mids, acks = (list(col) for col in zip(*rows))
-            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
-                             schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
-            self._write_table(self._dir / "acked" / f"{batch_id:020d}.arrow", table, table.schema)
+            self._write_acked(self._dir / "acked" / f"{batch_id:020d}.arrow", rows)
         with self._lock:
             if self._fd is None:
                 return
@@ -179,13 +176,17 @@ class Ledger:
                 if int(p.stem) <= batch_id:
                     p.unlink(missing_ok=True)
 
+    def _write_acked(self, path: Path, rows: Sequence[tuple[str, str, str]]) -> None:
+        """(sub, message id, ack id) rows, stamped with the wall time of their acknowledgement."""
+        subs, mids, acks = (list(col) for col in zip(*rows))
+        table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
+                         schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
+        self._write_table(path, table, table.schema)
+
     def answered(self, batch_id: int, unconfirmed: Sequence[tuple[str, str, str]]) -> None:
         """Pub/Sub answered every acknowledgement of ``batch_id``; ``unconfirmed`` were not confirmed."""
         if unconfirmed:
-            subs, mids, acks = (list(col) for col in zip(*unconfirmed))
-            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
-                             schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
-            self._write_table(self._dir / "acked" / f"{batch_id:020d}.unconfirmed.arrow", table, table.schema)
+            self._write_acked(self._dir / "acked" / f"{batch_id:020d}.unconfirmed.arrow", unconfirmed)
         self._write_bytes(self._dir / "acked" / f"{batch_id:020d}.answered", repr(self._wall()).encode())
         self._prune()
 
