@@ -4,7 +4,8 @@
 2. publishes movr changefeed traffic (inserts, updates, deletes, resolved timestamps) exactly as
    CockroachDB's Pub/Sub sink lays it out, slightly out of order and with a few duplicates,
 3. streams it through ``spark.readStream.format("crdb_pubsub")`` and applies every micro-batch to a
-   per-table state (``crdb_pubsub.apply``), printing progress while it runs,
+   Delta Lake table per source table (``crdb_pubsub.apply``, one MERGE per table and batch),
+   printing progress while it runs,
 4. prints a summary per table and checks the state against the simulator's ground truth.
 
 Bounded by default (exits on its own); ``--forever`` publishes at ``--rate`` until Ctrl-C.
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duplicate-fraction", type=float, default=0.02, help="re-emitted duplicates (default 0.02)")
     ap.add_argument("--max-messages-per-trigger", type=int, default=1000)
     ap.add_argument("--trigger-seconds", type=float, default=1.0)
-    ap.add_argument("--state-dir", default=None, help="where the state tables go (default: a temporary directory)")
+    ap.add_argument("--state-dir", default=None, help="where the Delta state tables go (default: a temporary directory)")
     ap.add_argument("--timeout", type=float, default=120.0, help="give up a bounded run after this many seconds")
     args = ap.parse_args(argv)
     if args.rows <= 0 or args.rate <= 0:
@@ -64,10 +65,10 @@ class Totals:
             self.errors = (self.errors + res.errors)[:5]
             for table, c in res.tables.items():
                 t = self.tables.setdefault(table, dict.fromkeys(
-                    ("inserts", "updates", "deletes", "superseded", "malformed", "rows"), 0))
-                for k in ("inserts", "updates", "deletes", "superseded", "malformed"):
+                    ("upserts", "deletes", "superseded", "malformed", "rows", "tombstones", "version"), 0))
+                for k in ("upserts", "deletes", "superseded", "malformed"):
                     t[k] += getattr(c, k)
-                t["rows"] = c.rows
+                t["rows"], t["tombstones"], t["version"] = c.rows, c.tombstones, c.version
 
 
 class Publisher(threading.Thread):
@@ -116,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     import crdb_pubsub
-    from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state, simulator_schemas
+    from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
-    from crdb_pubsub.tools.simulator import ChangefeedSimulator, make_publisher
+    from crdb_pubsub.tools.simulator import ChangefeedSimulator, make_publisher, primary_keys, spark_schemas
 
     interrupted = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: interrupted.set())  # Ctrl-C: stop cleanly, then summarise
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
 
-        schemas = simulator_schemas()
+        schemas = spark_schemas()
         totals = Totals()
         changes = (
             spark.readStream.format("crdb_pubsub")
@@ -226,21 +227,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n==> streamed {totals.messages} messages in {elapsed:.1f} s ({totals.batches} micro-batches, "
               f"{totals.messages / max(elapsed, 1e-9):.0f} msg/s); acknowledged {m.get('acknowledged', 0)}, "
               f"malformed {totals.malformed}\n")
-        header = f"{'table':10s} {'inserts':>8s} {'updates':>8s} {'deletes':>8s} {'superseded':>10s} " \
-                 f"{'malformed':>9s} {'rows in state':>13s}"
+        header = f"{'table':10s} {'upserts':>8s} {'deletes':>8s} {'superseded':>10s} {'malformed':>9s} " \
+                 f"{'rows in state':>13s} {'tombstones':>10s} {'delta version':>13s}"
         print(header)
         print("-" * len(header))
         for table, c in sorted(totals.tables.items()):
-            print(f"{table:10s} {c['inserts']:8d} {c['updates']:8d} {c['deletes']:8d} {c['superseded']:10d} "
-                  f"{c['malformed']:9d} {c['rows']:13d}")
-        print("(superseded = duplicates and changes older than the state's version of their key)\n")
+            print(f"{table:10s} {c['upserts']:8d} {c['deletes']:8d} {c['superseded']:10d} {c['malformed']:9d} "
+                  f"{c['rows']:13d} {c['tombstones']:10d} {c['version']:13d}")
+        print("(superseded = duplicates, changes older than the state's version of their key, and column-family\n"
+              " messages folded into their row; tombstones = deleted keys kept so late older changes lose)\n")
         if "users" in totals.tables:
-            print("A few rows of the users state table (typed: balance is DECIMAL(12,2)):")
-            read_state(spark, state_dir, "users").select("id", "city", "name", "balance", "created_at") \
+            print(f"A few rows of the users Delta table {os.path.join(state_dir, 'users')} "
+                  "(typed: balance is DECIMAL(12,2)):")
+            read_state(state_dir, "users", spark=spark).select("id", "city", "name", "balance", "created_at") \
                 .orderBy("id").show(5, truncate=False)
 
         if ok:
-            problems = compare_to_ground_truth(spark, state_dir, sim.ground_truth(), schemas)
+            problems = compare_to_ground_truth(state_dir, sim.ground_truth(), schemas, primary_keys())
             if problems:
                 ok = False
                 print("state == simulator ground truth: MISMATCH")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import publish_simulated
 
-from crdb_pubsub.apply import compare_to_ground_truth, simulator_schemas
+from crdb_pubsub.apply import compare_to_ground_truth
+from crdb_pubsub.tools.simulator import primary_keys, spark_schemas
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -70,7 +71,7 @@ def test_streaming_job_via_spark_submit_with_the_wheel(spark, emulator_host, whe
     assert len(batches) >= 2 and done["batches"] == len(batches)
     assert done["messages"] >= report.published - report.duplicates and done["malformed"] == 0
 
-    problems = compare_to_ground_truth(spark, str(state_dir), sim.ground_truth(), simulator_schemas())
+    problems = compare_to_ground_truth(str(state_dir), sim.ground_truth(), spark_schemas(), primary_keys())
     assert problems == []
     assert {t: c["rows"] for t, c in done["tables"].items()} == {t: len(r) for t, r in sim.ground_truth().items()}
 

@@ -796,6 +796,20 @@ def _table_names(topic: pa.Array) -> pa.Array:
     return tables.take(encoded.indices)
 
 
+def _table_name_attribute(table_name: pa.Array, attributes: list | None, msg_taker: pa.Array | None) -> pa.Array:
+    """The ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
+
+    A changefeed created ``WITH topic_name=X, with_table_name_attribute=true`` sends every table to
+    topic X, so the topic no longer names the table; the attribute is the only reliable name.
+    """
+    if not attributes or not any(a and "TABLE_NAME" in a for a in attributes):
+        return table_name  # CockroachDB's default: no attributes, nothing to do per row
+    named = pa.array([a.get("TABLE_NAME") if a else None for a in attributes], pa.string())
+    if msg_taker is not None:
+        named = named.take(msg_taker)
+    return pc.coalesce(named, table_name)
+
+
 def _body_utf8_bad(bodies: list) -> np.ndarray:
     arr, _, _ = _raw_column(bodies)
     bad = _utf8_bad(arr, bodies)
@@ -1379,6 +1393,7 @@ def decode_messages(
     meta = _metadata(n, message_ids, publish_times, attributes, ordering_keys)
     identity = row_count == n and (n == 0 or (row_msg[0] == 0 and row_msg[-1] == n - 1))
     msg_taker = None if identity else pa.array(row_msg)
+    columns["table_name"] = _table_name_attribute(columns["table_name"], attributes, msg_taker)
     for name, arr in meta.items():
         columns[name] = arr if msg_taker is None else arr.take(msg_taker)
 

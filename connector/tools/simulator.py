@@ -46,6 +46,8 @@ __all__ = [
     "SimMessage",
     "PublishReport",
     "TABLES",
+    "spark_schemas",
+    "primary_keys",
     "crdb_json",
     "make_publisher",
     "make_subscriber",
@@ -146,6 +148,22 @@ TABLES: dict[str, Table] = {
         ("id",),
     ),
 }
+
+def spark_schemas(tables: Sequence[str] | None = None) -> dict[str, str]:
+    """Spark DDL of the movr tables, from their CockroachDB column types (what apply types them with)."""
+    from ..apply import ddl_from_crdb_types
+
+    return {
+        name: ddl_from_crdb_types({c.name: (f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql)
+                                   for c in t.columns})
+        for name, t in TABLES.items() if tables is None or name in tables
+    }
+
+
+def primary_keys() -> dict[str, list[str]]:
+    """Primary-key columns of the movr tables, in key order."""
+    return {name: list(t.pk) for name, t in TABLES.items()}
+
 
 DATABASE = "movr"
 SCHEMA = "public"

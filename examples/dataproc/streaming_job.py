@@ -6,7 +6,9 @@
         --schema "users=id STRING, city STRING, balance DECIMAL(12,2)" --trigger-seconds 30
 
 Every micro-batch is applied with ``crdb_pubsub.apply`` (latest change per key by HLC, deletes as
-tombstones, exact DECIMAL/BIGINT) and one JSON line of counts is printed per batch
+tombstones, exact DECIMAL/BIGINT) to one Delta Lake table per source table under ``--state-dir``
+(delta-rs, so the ``deltalake`` package must be installed where the driver runs: the ``apply``
+extra), and one JSON line of counts is printed per batch
 (``{"event": "batch", ...}``); a bounded run (``--available-now``) ends with ``{"event": "done", ...}``.
 Exit codes: 0 done (or stopped), 1 the query failed, 2 bad arguments.
 """
@@ -29,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--schema", action="append", default=[], metavar="TABLE=DDL",
                     help="Spark DDL of a table's columns, e.g. 'users=id STRING, balance DECIMAL(12,2)' "
                          "(repeatable; tables without one get a schema inferred once)")
+    ap.add_argument("--bare-op-column", default=None,
+                    help="bare envelope only: the column a CDC query selects event_op() as (tells deletes apart)")
     ap.add_argument("--schemas-file", default=None,
                     help="JSON file {table: DDL} (local path; on Dataproc ship it with --files)")
     ap.add_argument("--simulator-schemas", action="store_true",
@@ -52,9 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def schemas_from_args(args: argparse.Namespace) -> dict[str, str]:
     schemas: dict[str, str] = {}
     if args.simulator_schemas:
-        from crdb_pubsub.apply import simulator_schemas
+        from crdb_pubsub.tools.simulator import spark_schemas
 
-        schemas.update(simulator_schemas())
+        schemas.update(spark_schemas())
     if args.schemas_file:
         with open(args.schemas_file, encoding="utf-8") as fh:
             schemas.update(json.load(fh))
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"event": "batch", **res.to_json()}), flush=True)
 
     writer = (changes.writeStream.queryName("crdb_pubsub_cdc_apply")
-              .foreachBatch(foreach_batch_apply(args.state_dir, schemas, on_result=report))
+              .foreachBatch(foreach_batch_apply(args.state_dir, schemas, bare_op_column=args.bare_op_column,
+                                                on_result=report))
               .option("checkpointLocation", args.checkpoint))
     writer = writer.trigger(availableNow=True) if args.available_now else \
         writer.trigger(processingTime=f"{args.trigger_seconds:g} seconds")

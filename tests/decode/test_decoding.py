@@ -289,6 +289,26 @@ def test_table_name_rules() -> None:
         assert one(v2("[1]", '{"after": {"a": 1}}', topic))["table_name"] == table
 
 
+def test_table_name_attribute_comes_first() -> None:
+    """topic_name= puts every table on one topic; with_table_name_attribute=true names the table
+    in a TABLE_NAME attribute, which wins over the topic (and over the body) on every path."""
+    bodies = [
+        v2("[1]", '{"after": {"a": 1}}', "cdc_all"),                       # fast path
+        v2("[2]", '{"after": {"b": 1}, "updated": "1.0000000001"}', "cdc_all"),
+        b'{"key":[3],"value":{"after":{"c":1}},"topic":"cdc_all"}',          # general path (legacy)
+        v2("[4]", '{"after": {"a": 1}}', "cdc_all"),                       # no attribute: the topic
+        b'{"resolved":"1.0000000000"}',                                     # resolved: no attributes
+        b"bad",
+    ]
+    attrs = [{"TABLE_NAME": "users"}, {"TABLE_NAME": "rides", "x": "y"}, {"TABLE_NAME": "vehicles"}, {}, None,
+             {"TABLE_NAME": "users"}]
+    out = rows(decode_messages(bodies, attributes=attrs))
+    assert [r["table_name"] for r in out] == ["users", "rides", "vehicles", "cdc_all", None, "users"]
+    assert [r["kind"] for r in out] == ["row", "row", "row", "row", "resolved", "malformed"]
+    # Without attributes nothing changes.
+    assert [r["table_name"] for r in rows(decode_messages(bodies[:4]))] == ["cdc_all"] * 4
+
+
 def test_csv_envelope_typed() -> None:
     out = rows(decode_messages([b"1,Alice", "2,d\u00e9sol\u00e9e".encode(), b'3,"x,y"', b"4"], envelope="csv",
                                row_schema="id BIGINT, name STRING"))  # fmt: skip
