@@ -990,7 +990,8 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     table = pc.if_else(pa.array(table_str & plain), table_col.unquoted(), _NULL_STR)
     table = pc.if_else(pc.equal(table, ""), _NULL_STR, table)
 
-    # commit_time exactly as the general path: TiCDC commit_ts, else source ts_us / ts_ms, else ts_ms.
+    # commit_time exactly as the general path: TiCDC commit_ts, else source ts_us / ts_ms, else ts_ms
+    # when the source has no time at all.
     commit_ts, has_cts, u1 = sf["commit_ts"].ints()
     us, has_us, u2 = sf["ts_us"].ints()
     ms, has_ms, u3 = sf["ts_ms"].ints()
@@ -1012,7 +1013,8 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     known |= use_ms & ms_fits
     rest &= ~use_ms
     top_fits = top_ms <= MAX_MICROS // 1000
-    use_top = rest & has_top & (top_ms >= 0)
+    # A source that names its time as 0 (a snapshot read) has none: not the processing time.
+    use_top = rest & ~has_us & ~has_ms & has_top & (top_ms >= 0)
     micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
     known |= use_top & top_fits
     bad |= _body_utf8_bad(bodies)
@@ -1397,6 +1399,9 @@ def decode_messages(
     for name, arr in meta.items():
         columns[name] = arr if msg_taker is None else arr.take(msg_taker)
 
+    if slow_rows and any(r.kind == "tombstone" for r in slow_rows):
+        columns["key"] = _tombstone_keys(columns)
+
     is_malformed = None
     if slow_rows and any(e is not None for e in slow_err):
         is_malformed = pc.equal(columns["kind"], "malformed")
@@ -1417,6 +1422,15 @@ def decode_messages(
         if mode == "DROPMALFORMED":
             stats.dropped += len(malformed)
     return batch
+
+
+def _tombstone_keys(columns: dict[str, pa.Array]) -> pa.Array:
+    """A Debezium tombstone's body carries no key: take the Pub/Sub message's ordering key, else its
+    ``key`` attribute (where the producer put the record key)."""
+    tomb = pc.equal(columns["kind"], "tombstone")
+    from_attr = pc.map_lookup(columns["attributes"], pa.scalar("key"), "first")
+    fallback = pc.coalesce(columns["ordering_key"], from_attr)
+    return pc.if_else(pc.and_(tomb, pc.is_null(columns["key"])), fallback, columns["key"])
 
 
 # -- schema_from_enriched --------------------------------------------------------------------------

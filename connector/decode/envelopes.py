@@ -242,6 +242,9 @@ def decode_body(body: bytes, ctx: Context) -> list[Row]:
 
 def _decode_body(body: bytes, ctx: Context) -> list[Row]:
     if not body.strip(_WS):
+        if not body and ctx.envelope in ("auto", "debezium"):
+            # Debezium's tombstone after a delete (a null Kafka value) reaches Pub/Sub as no data.
+            return [Row("tombstone", "debezium")]
         raise Bad("empty message body")
     try:
         text = body.decode("utf-8")
@@ -331,6 +334,8 @@ def _value(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row]
         return _webhook(d, ctx)
     if "payload" in d and keys <= {"payload", "schema"} and env in ("auto", "enriched", "debezium"):
         payload_raw = d["payload"]
+        if payload_raw == b"null" and d.get("schema", b"null") == b"null" and env != "enriched":
+            return [Row("tombstone", "debezium")]
         if payload_raw[:1] != b"{":
             raise Bad(f"`payload` must be an object, got {_kind(payload_raw)} {_short(payload_raw)}")
         payload = parse_object(payload_raw, "`payload`")
@@ -338,11 +343,15 @@ def _value(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row]
         if "schema" in d and d["schema"][:1] == b"{":
             schema = parse_object(d["schema"], "`schema`")
             schema_name = _string(schema, "name", "`schema.`") if schema.get("name", b"")[:1] == b'"' else None
+        if env != "enriched" and _is_transaction(payload):
+            return [_transaction(payload, payload_raw)]
         if env == "enriched" or (env == "auto" and _is_enriched(payload, schema_name)):
             if set(payload) == {"resolved"}:
                 return [_resolved(payload, "enriched", "payload.")]
             return [_enriched(payload, ctx)]
         return [_debezium(payload, payload_raw, ctx)]
+    if env in ("auto", "debezium") and _is_transaction(d):
+        return [_transaction(d, raw)]
     if env == "enriched" or (env == "auto" and "op" in d and keys <= _ENRICHED_KEYS and _is_enriched(d, None)):
         return [_enriched(d, ctx)]
     if env == "debezium" or (
@@ -525,6 +534,29 @@ def _enriched(d: dict[str, bytes], ctx: Context) -> Row:
     return row
 
 
+_TRANSACTION_KEYS = frozenset(("status", "id", "event_count", "data_collections", "ts_ms", "ts_us", "ts_ns"))
+
+
+def _is_transaction(d: dict[str, bytes]) -> bool:
+    """Debezium's transaction metadata event (BEGIN/END of a source transaction)."""
+    return ("status" in d and "id" in d and set(d) <= _TRANSACTION_KEYS
+            and d["status"] in (b'"BEGIN"', b'"END"'))
+
+
+def _transaction(d: dict[str, bytes], raw: bytes) -> Row:
+    row = Row("transaction", "debezium")
+    row.source = raw.decode()
+    us = _int_field(d, "ts_us")
+    ms = _int_field(d, "ts_ms")
+    if us is not None and us > 0:
+        row.commit_us = us
+    elif ms is not None and ms > 0:
+        row.commit_us = ms * 1000
+    if row.commit_us is not None and not 0 <= row.commit_us <= MAX_MICROS:
+        row.commit_us = None
+    return row
+
+
 def _debezium(p: dict[str, bytes], raw: bytes, ctx: Context) -> Row:
     source_raw = _object_or_null(p, "source", "payload.")
     source = parse_object(source_raw, "`source`") if source_raw is not None else {}
@@ -551,9 +583,10 @@ def _debezium(p: dict[str, bytes], raw: bytes, ctx: Context) -> Row:
             row.commit_us = us
         elif ms is not None and ms > 0:
             row.commit_us = ms * 1000
-        else:
+        elif us is None and ms is None:
             ms = _int_field(p, "ts_ms")
             row.commit_us = ms * 1000 if ms is not None and ms >= 0 else None
+        # else the source names its time as 0 (a snapshot read): unknown, not the processing time
     if row.commit_us is not None and not 0 <= row.commit_us <= MAX_MICROS:
         row.commit_us = None
     if "ddl" in p or "tableChanges" in p:

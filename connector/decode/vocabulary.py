@@ -13,7 +13,7 @@ ENVELOPES = ("auto", "wrapped", "bare", "key_only", "row", "enriched", "webhook"
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 
 # The ``kind`` column.
-KINDS = ("row", "resolved", "ddl", "watermark", "message", "malformed")
+KINDS = ("row", "resolved", "ddl", "watermark", "message", "transaction", "tombstone", "malformed")
 
 # Kinds that mark the stream's progress rather than a change; dropped unless ``includeResolved``.
 PROGRESS_KINDS = ("resolved", "watermark")

@@ -215,7 +215,7 @@ def test_enriched_schema_form_vs_debezium() -> None:
     debezium = b'{"payload": {"after": {"a": 1}, "before": null, "op": "c", "ts_ms": 10, "source": {"connector": "postgresql", "table": "t", "ts_ms": 0}}, "schema": {"name": "srv.public.t.Envelope"}}'
     r = one(debezium)
     assert (r["envelope"], r["op"], r["table_name"]) == ("debezium", "c", "t")
-    assert r["commit_time"] == dt.datetime(1970, 1, 1, 0, 0, 0, 10000, tzinfo=UTC)  # source.ts_ms 0 -> ts_ms
+    assert r["commit_time"] is None  # source.ts_ms 0: unknown, not the processing time (issue 14, item 5)
 
 
 def test_wrapper_key_with_schema_uses_payload() -> None:
@@ -352,7 +352,6 @@ def test_modes_and_stats() -> None:
 BAD = {
     "invalid json": (b"{nope}", "invalid JSON"),
     "truncated": (v2("[1]", '{"after": {"a": 1}}', "t")[:-5], "invalid JSON"),
-    "empty": (b"", "empty"),
     "whitespace": (b"  \n", "empty"),
     "scalar number": (b"42", "JSON number"),
     "scalar string": (b'"hello"', "JSON string"),
@@ -415,7 +414,7 @@ def test_ten_megabyte_body() -> None:
 
 def test_non_bytes_bodies() -> None:
     out = rows(decode_messages([None, bytearray(b'{"resolved":"1.0000000000"}'), memoryview(b"[1]")]))
-    assert [r["kind"] for r in out] == ["malformed", "resolved", "row"]
+    assert [r["kind"] for r in out] == ["tombstone", "resolved", "row"]  # None is an empty body: a tombstone
     with pytest.raises(TypeError):
         decode_messages(["not bytes"])
 
