@@ -50,6 +50,9 @@ class SourceOptions(BaseModel):
     projectId: str | None = None
     topic: str | None = None
     emulatorHost: str | None = None
+    # A regional or Private Service Connect endpoint (TLS, with credentials), e.g.
+    # us-east1-pubsub.googleapis.com:443; emulatorHost stays the plaintext path.
+    endpoint: str | None = None
     credentialsFile: SecretStr | None = None
     credentialsJson: SecretStr | None = None
     envelope: Literal[ENVELOPES] = "auto"  # type: ignore[valid-type]
@@ -92,7 +95,7 @@ class SourceOptions(BaseModel):
             return int(m.group(1)) * base ** ("kmgt".index(unit[0]) + 1)
         return v
 
-    @field_validator("emulatorHost")
+    @field_validator("emulatorHost", "endpoint")
     @classmethod
     def _host_port(cls, v: str | None) -> str | None:
         if v is None:
@@ -134,6 +137,9 @@ class SourceOptions(BaseModel):
     def _consistent(self) -> "SourceOptions":
         if self.credentialsFile is not None and self.credentialsJson is not None:
             raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
+        if self.endpoint and self.emulatorHost:
+            raise ValueError("endpoint (TLS, with credentials) and emulatorHost (plaintext) are mutually exclusive: "
+                             "give one")
         paths = self.subscription_paths  # raises on malformed entries
         topics = self.topic_paths
         if topics and len(topics) != len(paths):

@@ -446,7 +446,7 @@ def _make_receiver(options: "SourceOptions", counters: Counters) -> Receiver:
 
     host = options.effective_emulator_host
     credentials = transport.load_credentials(**options.credential_kwargs())
-    client = transport.subscriber_client(host, credentials)
+    client = transport.subscriber_client(host, credentials, endpoint=options.endpoint)
     return Receiver(
         transport.Rpc(client),
         options.subscription_paths,
@@ -454,6 +454,6 @@ def _make_receiver(options: "SourceOptions", counters: Counters) -> Receiver:
         max_lease_seconds=options.maxLeaseDurationSeconds,
         max_messages=options.maxOutstandingMessages,
         max_bytes=options.maxOutstandingBytes,
-        endpoint_description=f"the emulator at {host}" if host else "pubsub.googleapis.com",
+        endpoint_description=f"the emulator at {host}" if host else (options.endpoint or "pubsub.googleapis.com"),
         counters=counters,
     )

@@ -80,14 +80,18 @@ def load_credentials(
     return creds
 
 
-def subscriber_client(emulator_host: str | None, credentials: "Credentials | None" = None) -> "SubscriberClient":
-    """A GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery)."""
+def subscriber_client(emulator_host: str | None, credentials: "Credentials | None" = None, *,
+                      endpoint: str | None = None) -> "SubscriberClient":
+    """A GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery):
+    plaintext to an emulator, else TLS with ``credentials`` to ``endpoint`` (default: the global one)."""
     from google.pubsub_v1 import SubscriberClient
     from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
     if emulator_host:
         return SubscriberClient(transport=SubscriberGrpcTransport(channel=insecure_channel(emulator_host)))
     # The GAPIC transport already lifts gRPC's message-size limits for Pub/Sub.
+    if endpoint:
+        return SubscriberClient(credentials=credentials, client_options={"api_endpoint": endpoint})
     return SubscriberClient(credentials=credentials)
 
 

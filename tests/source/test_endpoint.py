@@ -8,7 +8,7 @@ import pytest
 from crdb_pubsub.source import transport
 from crdb_pubsub.source.options import OptionError, parse_options
 
-SUB = "projects/p/subscriptions/s"
+SUB = "projects/p/subscriptions/sub-x"
 
 
 @pytest.fixture(autouse=True)
