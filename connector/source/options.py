@@ -49,6 +49,8 @@ class SourceOptions(BaseModel):
     subscription: str = Field(description="Subscription path(s) or id(s), comma-separated.")
     projectId: str | None = None
     topic: str | None = None
+    # Pub/Sub's subscription filter, for subscriptions created on ``topic`` (filters are immutable).
+    filter: str | None = None
     emulatorHost: str | None = None
     # A regional or Private Service Connect endpoint (TLS, with credentials), e.g.
     # us-east1-pubsub.googleapis.com:443; emulatorHost stays the plaintext path.
@@ -137,6 +139,8 @@ class SourceOptions(BaseModel):
     def _consistent(self) -> "SourceOptions":
         if self.credentialsFile is not None and self.credentialsJson is not None:
             raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
+        if self.filter is not None and not self.topic:
+            raise ValueError("filter applies to subscriptions the source creates: set topic too")
         if self.endpoint and self.emulatorHost:
             raise ValueError("endpoint (TLS, with credentials) and emulatorHost (plaintext) are mutually exclusive: "
                              "give one")

@@ -147,7 +147,7 @@ class Planner:
         if self._available_now_at is not None:
             receiver.set_cutoff(self._available_now_at[0])
         try:
-            receiver.start(create_on_topics=opts.topic_paths or None)
+            receiver.start(create_on_topics=opts.topic_paths or None, subscription_filter=opts.filter)
         except Exception:
             if self._ledger is not None:
                 self._ledger.close()

@@ -231,10 +231,11 @@ class Rpc:
         return self._call(lambda t: self.client.get_subscription(
             request={"subscription": subscription}, timeout=t, retry=None), GET_SUBSCRIPTION)
 
-    def create_subscription(self, subscription: str, topic: str, ack_deadline: int) -> Any:
-        return self.client.create_subscription(
-            request={"name": subscription, "topic": topic, "ack_deadline_seconds": ack_deadline},
-            timeout=GET_SUBSCRIPTION.attempt, retry=None)
+    def create_subscription(self, subscription: str, topic: str, ack_deadline: int, filter: str | None = None) -> Any:
+        request = {"name": subscription, "topic": topic, "ack_deadline_seconds": ack_deadline}
+        if filter:
+            request["filter"] = filter
+        return self.client.create_subscription(request=request, timeout=GET_SUBSCRIPTION.attempt, retry=None)
 
     def acknowledge(self, subscription: str, ack_ids: Sequence[str], *, total: float | None = None) -> AckResult:
         """Acknowledge ``ack_ids``; per ack id, what Pub/Sub answered within the deadline."""

@@ -114,7 +114,7 @@ class Receiver:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, *, create_on_topics: Sequence[str] | None = None) -> None:
+    def start(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
         """Check every subscription (creating it on its topic when asked), then start pulling.
 
         Raises :class:`ReceiverError` when Pub/Sub can't be reached within
@@ -122,7 +122,7 @@ class Receiver:
         """
         for i, sub in enumerate(self._subs):
             topic = create_on_topics[i] if create_on_topics else None
-            self._sub_deadline[sub] = self._check_subscription(sub, topic)
+            self._sub_deadline[sub] = self._check_subscription(sub, topic, subscription_filter)
         self.acker.start()
         self.leaser.start()
         for sub in self._subs:
@@ -131,7 +131,7 @@ class Receiver:
                 p.start()
                 self._pullers.append(p)
 
-    def _check_subscription(self, sub: str, topic: str | None) -> int:
+    def _check_subscription(self, sub: str, topic: str | None, wanted_filter: str | None = None) -> int:
         from google.api_core import exceptions as gexc
 
         try:
@@ -143,7 +143,8 @@ class Receiver:
                         f"subscription {sub} does not exist at {self._endpoint}; create it, or set option "
                         "'topic' to have it created on that topic") from None
                 try:
-                    info = self._rpc.create_subscription(sub, topic, max(10, min(600, self._lease_seconds)))
+                    info = self._rpc.create_subscription(sub, topic, max(10, min(600, self._lease_seconds)),
+                                                         wanted_filter)
                     log.info("created subscription %s on %s", sub, topic)
                 except gexc.AlreadyExists:
                     info = self._rpc.get_subscription(sub)
@@ -161,6 +162,11 @@ class Receiver:
             raise ReceiverError(
                 f"cannot reach Pub/Sub at {self._endpoint} to open {sub} (gave up after "
                 f"{START_TIMEOUT_SECONDS:.0f} s): {type(exc).__name__}: {getattr(exc, 'message', exc)}") from None
+        have = getattr(info, "filter", "") or None
+        if wanted_filter is not None and have != wanted_filter:
+            # Pub/Sub filters can't be changed: reading it anyway would read other messages.
+            raise ReceiverError(f"subscription {sub} exists with filter {have!r}, not the option's filter "
+                                f"{wanted_filter!r}; filters are immutable: use another subscription name")
         return int(getattr(info, "ack_deadline_seconds", 0) or 10)
 
     def shutdown(self, *, hand_back: bool, within: float) -> None:
