@@ -240,6 +240,12 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             stats=stats,
             **self._options.decoder_kwargs(),
         )
+        if self._options.deadLetterTopic and stats.malformed:
+            from .dead_letter import publish_malformed
+
+            publish_malformed(batch, self._options)
+            if self._options.mode == "DROPMALFORMED":
+                batch = batch.filter(pc.not_equal(batch.column("kind"), "malformed"))
         if partition.stats is not None:
             send_report(partition.stats[0], partition.stats[1], partition.batch_id, partition.index, n, stats.malformed)
         if not self._options.includeResolved and batch.num_rows:

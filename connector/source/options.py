@@ -51,6 +51,8 @@ class SourceOptions(BaseModel):
     topic: str | None = None
     # Pub/Sub's subscription filter, for subscriptions created on ``topic`` (filters are immutable).
     filter: str | None = None
+    # Where bodies that can't be decoded are published (projects/P/topics/T or an id with projectId).
+    deadLetterTopic: str | None = None
     emulatorHost: str | None = None
     # A regional or Private Service Connect endpoint (TLS, with credentials), e.g.
     # us-east1-pubsub.googleapis.com:443; emulatorHost stays the plaintext path.
@@ -139,6 +141,11 @@ class SourceOptions(BaseModel):
     def _consistent(self) -> "SourceOptions":
         if self.credentialsFile is not None and self.credentialsJson is not None:
             raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
+        if self.deadLetterTopic is not None:
+            if self.mode == "FAILFAST":
+                raise ValueError("deadLetterTopic needs mode PERMISSIVE or DROPMALFORMED: FAILFAST stops at the first "
+                                 "malformed message instead")
+            self.dead_letter_topic_path  # noqa: B018 - raises on a malformed topic
         if self.filter is not None and not self.topic:
             raise ValueError("filter applies to subscriptions the source creates: set topic too")
         if self.endpoint and self.emulatorHost:
@@ -199,6 +206,19 @@ class SourceOptions(BaseModel):
         return out
 
     @property
+    def dead_letter_topic_path(self) -> str | None:
+        if self.deadLetterTopic is None:
+            return None
+        item = self.deadLetterTopic.strip()
+        if _TOPIC_PATH.match(item):
+            return item
+        if "/" in item or not _RESOURCE_ID.match(item):
+            raise ValueError(f"deadLetterTopic {item!r}: expected projects/P/topics/T or a valid topic id")
+        if not self.projectId:
+            raise ValueError(f"deadLetterTopic {item!r} is a bare id: give projectId or projects/P/topics/{item}")
+        return f"projects/{self.projectId}/topics/{item}"
+
+    @property
     def topic_paths(self) -> list[str]:
         if not self.topic:
             return []
@@ -227,7 +247,8 @@ class SourceOptions(BaseModel):
         """The keyword arguments ``decode_messages`` takes from these options."""
         return {
             "envelope": self.envelope,
-            "mode": self.mode,
+            # With a dead-letter topic the source sees malformed rows itself (and drops them after).
+            "mode": "PERMISSIVE" if self.deadLetterTopic else self.mode,
             "row_schema": self.rowSchema,
             "include_raw": self.includeRaw,
         }
