@@ -436,7 +436,7 @@ _MAX_LAYOUTS = 4
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "prefixes", "end", "by_length", "spaces")
+    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length", "spaces")
 
     def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
         sep, colon = style
@@ -467,6 +467,7 @@ class _Layout:
         prefixes = [(b"{" if i == 0 else sep) + e + colon for i, e in enumerate(encoded)]
         self.keys = keys
         self.wrapper = wrapper
+        self.inner_getters = [operator.attrgetter(n) for n in names]
         if wrapper:
             outer = msgspec.defstruct(
                 "_LearnedWrap", [("Key", Raw), ("Value", inner), ("Topic", str)], forbid_unknown_fields=True, gc=False
@@ -632,7 +633,15 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         if not parsed:
             pending = pending[1:]
             continue
-        columns = [list(map(g, parsed)) for g in layout.getters]
+        if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
+            inner = list(map(_GET_VALUE, parsed))
+            columns = (
+                [list(map(_GET_KEY, parsed))] + [list(map(g, inner)) for g in layout.inner_getters]
+                + [list(map(_GET_TOPIC, parsed))]
+            )  # fmt: skip
+            del inner
+        else:
+            columns = [list(map(g, parsed)) for g in layout.getters]
         del parsed
         rebuild = columns
         if wrapper:  # Topic decodes to str; the layout holds its JSON text
