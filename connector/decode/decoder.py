@@ -564,16 +564,17 @@ class _Matched:
     """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic,
     and the raw-text columns already built while proving them (by key; "" is the wrapper Key)."""
 
-    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays")
+    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays", "after")
 
     def __init__(self, idx: np.ndarray, keys: tuple[str, ...], values: dict[str, list], key: list | None,
-                 topic: list | None, arrays: dict[str, pa.Array]) -> None:  # fmt: skip
+                 topic: list | None, arrays: dict[str, pa.Array], after: pa.Array | None = None) -> None:  # fmt: skip
         self.idx = idx
         self.keys = keys
         self.values = values
         self.key = key
         self.topic = topic
         self.arrays = arrays
+        self.after = after  # bare rows already cut (see _bare_quick)
 
     def col(self, name: str, m: int) -> "_Col":
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
@@ -677,6 +678,122 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         done[pending[0]] = True
         pending = pending[~done[pending]]
     return out
+
+
+class _BareWrap(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    Key: Raw
+    Value: Raw
+    Topic: str
+
+
+_BARE_WRAP_DECODE = msgspec.json.Decoder(_BareWrap).decode
+_BARE_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":') + len(b"}")
+_BARE_HEAD = b'{"__crdb__": '
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def _format_spaced(raw: Any) -> bytes:
+    return msgspec.json.format(raw, indent=0)
+
+
+def _same_text(raw: Any, text: bytes) -> bool:
+    return bytes(raw) == text
+
+
+def _bare_quick(raws: list, accept: Any) -> _Matched | None:
+    """Bare bodies in CockroachDB's layout, proven without touching the row's values one by one.
+
+    ``{"Key":K,"Value":V,"Topic":T}`` is decoded with ``V`` kept raw, then ``V`` into the learned
+    Struct of its keys (exactly these keys, each at least once). A body is taken when:
+
+    * its length is the wrapper's punctuation plus ``K``, ``V`` and ``T``'s JSON: no whitespace, no
+      repeated member (one costs at least ``"Key":1,``) and no escaped wrapper key;
+    * ``V`` is a fixed point of ``msgspec.json.format(indent=0)``, whose output has exactly one space
+      after each ``,`` and ``:`` outside strings and no other whitespace, at every depth;
+    * ``len(V)`` is its compact re-encoding (the Struct: canonical keys, the last value of each) plus
+      those spaces at the top level: a repeated member or an escaped key would make ``V`` longer
+      (keys are plain: no quote, backslash, space or control character, so their JSON is shortest);
+    * ``V`` starts with ``{"__crdb__": ``.
+
+    ``V`` is then byte for byte what the general path rebuilds around ``__crdb__``'s value ``M``,
+    and the row is ``V`` from the ``, `` after ``M`` on, that space becoming ``{``.
+    Returns None when the batch is not of one such layout (the learned layouts take it then).
+    """
+    idx = np.arange(len(raws))
+    try:
+        parsed = list(map(_BARE_WRAP_DECODE, raws))
+    except Exception:  # some are not {Key, Value, Topic}: the others still may be
+        parsed = [_decode_or_none(_BARE_WRAP_DECODE, b) for b in raws]
+        keep = [p is not None for p in parsed]
+        idx, parsed, raws = idx[np.array(keep, dtype=bool)], list(itertools.compress(parsed, keep)), list(
+            itertools.compress(raws, keep)
+        )
+        if not parsed:
+            return None
+    values = list(map(_GET_VALUE, parsed))
+    keys = _learn_keys(values[0], False)
+    if not keys or keys[0] != "__crdb__" or not _accept_bare(keys) or not accept(keys):
+        return None
+    if not all(map(_SIMPLE_KEY.match, keys)):
+        return None
+    layout = _layout(keys, _CRDB_STYLE, False)
+    try:
+        inner = list(map(layout.decode, values))
+    except Exception:  # other keys in some: keep the ones of this layout
+        inner = [_decode_or_none(layout.decode, v) for v in values]
+        keep = [p is not None for p in inner]
+        idx = idx[np.array(keep, dtype=bool)]
+        inner, parsed, values, raws = (list(itertools.compress(c, keep)) for c in (inner, parsed, values, raws))
+    m = len(raws)
+    key = list(map(_GET_KEY, parsed))
+    topic = list(map(_GET_TOPIC, parsed))
+    del parsed
+    meta = list(map(layout.getters[0], inner))
+    n_keys = len(keys)
+    v_len = np.fromiter(map(len, values), dtype=np.int64, count=m)
+    k_len = np.fromiter(map(len, key), dtype=np.int64, count=m)
+    t_json = {t: len(msgspec.json.encode(t)) for t in set(topic)}
+    t_len = np.fromiter(map(t_json.__getitem__, topic), dtype=np.int64, count=m)
+    b_len = np.fromiter(map(len, raws), dtype=np.int64, count=m)
+    ok = b_len == _BARE_WRAP_FIXED + k_len + v_len + t_len
+    compact = np.fromiter(map(len, map(_ENCODE, inner)), dtype=np.int64, count=m)
+    del inner
+    ok &= v_len == compact + 2 * n_keys - 1
+    formatted = list(map(_format_spaced, values))
+    v_data = b"".join(values)
+    if b"".join(formatted) != v_data:  # (one comparison when all are; message by message otherwise)
+        ok &= np.fromiter(map(_same_text, values, formatted), dtype=bool, count=m)
+    del formatted
+    if len(v_data) > _OFFSET_LIMIT:
+        return None
+    v_start = np.zeros(m, dtype=np.int64)
+    np.cumsum(v_len[:-1], out=v_start[1:])
+    v_bytes = np.frombuffer(v_data, dtype=np.uint8)
+    head = np.frombuffer(_BARE_HEAD, dtype=np.uint8)
+    big = v_len >= len(_BARE_HEAD) + 3
+    ok &= big
+    if big.any():
+        at = v_start[big][:, None] + np.arange(len(_BARE_HEAD))
+        ok[big] &= (v_bytes[at] == head).all(axis=1)
+    if not ok.any():
+        return None
+    m_len = np.fromiter(map(len, meta), dtype=np.int64, count=m)
+    cut = v_start + len(_BARE_HEAD) + m_len + 1  # the space after ``M,``
+    end = v_start + v_len
+    ok &= cut < end - 1
+    if not ok.all():
+        keep = ok.tolist()
+        key, topic, meta = (list(itertools.compress(c, keep)) for c in (key, topic, meta))
+        cut, end = cut[ok], end[ok]
+    k = len(cut)
+    data = v_bytes.copy()
+    data[cut] = _OBJ_START
+    offsets = np.empty(2 * k, dtype=np.int32)
+    offsets[0::2] = cut
+    offsets[1::2] = end
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    after = pieces.take(pa.array(np.arange(0, 2 * k, 2))).view(pa.string())
+    return _Matched(idx[ok], keys, {"__crdb__": meta}, key, topic, {}, after)
 
 
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
@@ -889,7 +1006,7 @@ def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Arra
     m = len(g.idx)
     key = g.col("", m)
     bad = key.first != _ARR_START
-    after = _bare_rows(g, bodies)
+    after = g.after if g.after is not None else _bare_rows(g, bodies)
     meta_ok, meta = _nested(g.values["__crdb__"], np.ones(m, dtype=bool), _CRDB_STYLE,
                             _BARE_META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
@@ -1069,7 +1186,20 @@ def _learned_paths(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray,
             break
         subset = bodies if len(remaining) == len(bodies) else [bodies[i] for i in remaining.tolist()]
         taken = np.zeros(len(bodies), dtype=bool)
-        for g in _match_layouts(subset, style, wrapper, accept):
+        groups = []
+        quick = _bare_quick(subset, accept) if wrapper else None
+        if quick is not None:
+            groups.append(quick)
+            rest = np.ones(len(subset), dtype=bool)
+            rest[quick.idx] = False
+            rest_idx = np.flatnonzero(rest)
+            if len(rest_idx):
+                for g in _match_layouts([subset[i] for i in rest_idx.tolist()], style, wrapper, accept):
+                    g.idx = rest_idx[g.idx]
+                    groups.append(g)
+        else:
+            groups = _match_layouts(subset, style, wrapper, accept)
+        for g in groups:
             group_bodies = [subset[i] for i in g.idx.tolist()]
             if not wrapper:
                 build = _debezium_part

@@ -352,3 +352,37 @@ def test_typed_random_values_match() -> None:
         bodies.append(wrap("[1]", '{"after": ' + row + "}"))
     batch = assert_same(bodies, row_schema=schema)
     assert 0 < batch.column("kind").to_pylist().count("malformed") < 400
+
+
+def test_bare_batch_variants_behind_a_canonical_first_body() -> None:
+    """The whole-batch bare check (layout learned from the first body) takes only exact bodies."""
+    row = '"a": 1, "b": "x", "c": {"d": 26.30}'
+    canonical = wrap('[1]', '{"__crdb__": ' + META + ', ' + row + '}')
+    variants = [
+        canonical,
+        wrap('[1]', '{"__crdb__": ' + META + ', "a":  1, "b":"x", "c": {"d": 26.30}}'),  # a space moved
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d":26.30}}'),  # compact inside a value
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d": 26.30} }'),  # space before }
+        wrap('[1]', '{"__crdb__": ' + META + ',"a":1,"b":"x","a":1, "c": {"d": 26.30}}'),  # duplicate, compacted
+        wrap('[1]', '{"__crdb__": ' + META + ', "\\u0061": 1, "b": "x", "c": {"d": 26.30}}'),  # escaped key
+        wrap('[1]', '{"a": 1, "__crdb__": ' + META + ', "b": "x", "c": {"d": 26.30}}'),  # __crdb__ second
+        wrap('[1]', '{"__crdb__": ' + META + ', "b": "x", "a": 1, "c": {"d": 26.30}}'),  # row key order
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x, \\"y\\": ", "c": {"d": 26.30}}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d": 26.30}, "e": null}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x"}'),
+        wrap('[1] ', '{"__crdb__": ' + META + ', ' + row + '}'),  # wrapper whitespace
+        b'{"Key":[1],"Key":[2],"Value":{"__crdb__": ' + META.encode() + b', ' + row.encode() + b'},"Topic":"t"}',
+        wrap('[1]', '{"__crdb__": {}, ' + row + '}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', ' + row + '}', "t\\u0074"),
+        canonical.replace(b'"x"', b'"\xff"'),  # invalid UTF-8
+        canonical,
+    ]
+    batch = assert_same(variants * 3)
+    kinds = batch.column("kind").to_pylist()
+    assert kinds[0] == kinds[16] == "row"
+    assert fast_count([canonical] * 4) == 4
+    assert decoding._bare_quick([canonical] * 3, decoding._accept_bare) is not None
+    quick = decoding._bare_quick(variants, decoding._accept_bare)
+    # Layout proven: canonical ones, body key order of the row, a string holding ", \"y\": ", an empty
+    # __crdb__ and invalid UTF-8 (these two are then left to the general path by _bare_part's checks).
+    assert quick is not None and quick.idx.tolist() == [0, 7, 8, 13, 15, 16]
