@@ -436,7 +436,7 @@ _MAX_LAYOUTS = 4
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length", "spaces")
+    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
 
     def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
         sep, colon = style
@@ -454,11 +454,8 @@ class _Layout:
         if wrapper:
             smallest = min(smallest, len(b'"Key":1,'))
         self.by_length = smallest > spaces and "__crdb__" not in keys
-        # Otherwise the same length still proves it when the body holds at least the canonical
-        # number of spaces outside the values read: each space left out of the layout, each
-        # repeated member, is then paid for in bytes the length has no room for. (Keys with a
-        # space, quote or backslash are not learned, so no key text holds a space.)
-        self.spaces = spaces
+        # Otherwise, when the values are only read by key (not bare), _spaceless_equal proves that
+        # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
         names = [f"f{i}" for i in range(len(keys))]
         inner = msgspec.defstruct(
             "_Learned", [(n, Raw) for n in names], rename=dict(zip(names, keys)), forbid_unknown_fields=True, gc=False
@@ -587,24 +584,39 @@ class _Matched:
 _SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
 
 
-def _row_spaces(raws: list) -> tuple[np.ndarray, pa.Array]:
-    """(spaces in each raw text, the raws as a string array)."""
-    arr = _raw_column(raws)[0]
-    return pc.count_substring(arr.view(pa.binary()), b" ").to_numpy(zero_copy_only=False).astype(np.int64), arr
+_SPACE = ord(" ")
+_COUNT_SPACES = operator.methodcaller("count", b" ")
+_ENCODE = msgspec.json.Encoder().encode
 
 
-def _spaces_ok(raws: list, names: tuple[str, ...], columns: list[list], topic_json: list | None,
-               canonical: int) -> tuple[np.ndarray, dict[str, pa.Array]]:  # fmt: skip
-    """Whether each raw has at least ``canonical`` spaces outside the values read (see _Layout)."""
-    outside, _ = _row_spaces(raws)
-    arrays = {}
-    for name, column in zip(names, columns):
-        inside, arrays[name] = _row_spaces(column)
-        outside -= inside
-    if topic_json is not None:
-        per_topic = {t: t.count(b" ") for t in set(topic_json)}
-        outside -= np.fromiter(map(per_topic.__getitem__, topic_json), dtype=np.int64, count=len(raws))
-    return outside >= canonical, arrays
+def _spaces(texts: list) -> int:
+    return int(np.count_nonzero(np.frombuffer(b"".join(texts), dtype=np.uint8) == _SPACE))
+
+
+def _spaceless_len(texts: list) -> np.ndarray:
+    m = len(texts)
+    texts = [t if isinstance(t, bytes) else bytes(t) for t in texts]
+    return np.fromiter(map(len, texts), dtype=np.int64, count=m) - np.fromiter(
+        map(_COUNT_SPACES, texts), dtype=np.int64, count=m
+    )
+
+
+def _spaceless_equal(raws: list, parsed: list) -> np.ndarray:
+    """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
+
+    ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
+    plain), no whitespace, and the raw values verbatim. Without spaces, a raw is never shorter than
+    that: its values are the same bytes, its keys (and a wrapper's Topic) at least as long, and any
+    other whitespace or repeated member only adds. So the two are equal exactly when no key repeats,
+    no key is escaped and only spaces separate the tokens; as each raw is never shorter, equal totals
+    over the batch prove every one (the common case: four bulk counts, no per-message comparison).
+    """
+    encoded = list(map(_ENCODE, parsed))
+    have = sum(map(len, raws)) - _spaces(raws)
+    want = sum(map(len, encoded)) - _spaces(encoded)
+    if have == want:
+        return np.ones(len(raws), dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(encoded)
 
 
 def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any) -> list[_Matched]:
@@ -634,6 +646,11 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         if not parsed:
             pending = pending[1:]
             continue
+        # Values read by key, output as their raw text: only a repeated key (malformed for the general
+        # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
+        spaceless = not layout.by_length and "__crdb__" not in keys and all(map(_SIMPLE_KEY.match, keys))
+        if spaceless:
+            ok = _spaceless_equal(subset, parsed)
         if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
             inner = list(map(_GET_VALUE, parsed))
             columns = (
@@ -644,25 +661,19 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         else:
             columns = [list(map(g, parsed)) for g in layout.getters]
         del parsed
-        rebuild = columns
-        if wrapper:  # Topic decodes to str; the layout holds its JSON text
-            topics = columns[-1]
-            encoded = {t: msgspec.json.encode(t) for t in set(topics)}
-            rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
         arrays: dict[str, pa.Array] = {}
-        if layout.by_length:
-            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
-        elif not wrapper or "__crdb__" in keys or not all(map(_SIMPLE_KEY.match, keys)):
-            # (a nested object's values are mostly not needed as columns: one rebuild is cheaper)
-            ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+        if spaceless:
+            pass
         else:
-            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
-            if ok.any():
-                names = (("",) if wrapper else ()) + keys
-                value_columns = rebuild[:-1] if wrapper else rebuild
-                enough, arrays = _spaces_ok(subset, names, value_columns, rebuild[-1] if wrapper else None,
-                                            layout.spaces)  # fmt: skip
-                ok &= enough
+            rebuild = columns
+            if wrapper:  # Topic decodes to str; the layout holds its JSON text
+                topics = columns[-1]
+                encoded = {t: msgspec.json.encode(t) for t in set(topics)}
+                rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
+            if layout.by_length:
+                ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
+            else:  # bare rows are rebuilt by the general path: prove them byte for byte
+                ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
         if ok.any():
             if not ok.all():
                 keep = ok.tolist()
@@ -689,7 +700,6 @@ class _BareWrap(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _BARE_WRAP_DECODE = msgspec.json.Decoder(_BareWrap).decode
 _BARE_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":') + len(b"}")
 _BARE_HEAD = b'{"__crdb__": '
-_ENCODE = msgspec.json.Encoder().encode
 
 
 def _format_spaced(raw: Any) -> bytes:
@@ -719,6 +729,10 @@ def _bare_quick(raws: list, accept: Any) -> _Matched | None:
     and the row is ``V`` from the ``, `` after ``M`` on, that space becoming ``{``.
     Returns None when the batch is not of one such layout (the learned layouts take it then).
     """
+    first = _decode_or_none(_BARE_WRAP_DECODE, raws[0]) if raws else None
+    keys = _learn_keys(first.Value, False) if first is not None else None
+    if not keys or keys[0] != "__crdb__" or not _accept_bare(keys) or not accept(keys):
+        return None  # (the layout is learned from the first body: not bare, not this path)
     idx = np.arange(len(raws))
     try:
         parsed = list(map(_BARE_WRAP_DECODE, raws))
@@ -731,9 +745,6 @@ def _bare_quick(raws: list, accept: Any) -> _Matched | None:
         if not parsed:
             return None
     values = list(map(_GET_VALUE, parsed))
-    keys = _learn_keys(values[0], False)
-    if not keys or keys[0] != "__crdb__" or not _accept_bare(keys) or not accept(keys):
-        return None
     if not all(map(_SIMPLE_KEY.match, keys)):
         return None
     layout = _layout(keys, _CRDB_STYLE, False)
