@@ -590,6 +590,12 @@ _ENCODE = msgspec.json.Encoder().encode
 
 
 def _spaces(texts: list) -> int:
+    """Spaces in all the ``texts`` (bytes are counted in place; Raw ones, without a count, joined)."""
+    if texts and isinstance(texts[0], bytes):
+        try:
+            return sum(map(_COUNT_SPACES, texts))
+        except TypeError:
+            pass
     return int(np.count_nonzero(np.frombuffer(b"".join(texts), dtype=np.uint8) == _SPACE))
 
 
@@ -619,8 +625,12 @@ def _spaceless_equal(raws: list, parsed: list) -> np.ndarray:
     return _spaceless_len(raws) == _spaceless_len(encoded)
 
 
-def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any) -> list[_Matched]:
-    """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them."""
+def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any,
+                   wanted: tuple[str, ...] | None = None) -> list[_Matched]:  # fmt: skip
+    """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
+
+    ``wanted``: the only keys whose values the caller reads (objects inside a value); the others'
+    values are then not even taken out of the Structs, when no rebuild needs them."""
     out: list[_Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[str, ...]] = set()
@@ -648,7 +658,11 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
             continue
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
         # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
-        spaceless = not layout.by_length and "__crdb__" not in keys and all(map(_SIMPLE_KEY.match, keys))
+        spaceless = (
+            (not layout.by_length or wanted is not None) and "__crdb__" not in keys
+            and all(map(_SIMPLE_KEY.match, keys))
+        )  # fmt: skip
+        col_keys = keys
         if spaceless:
             ok = _spaceless_equal(subset, parsed)
         if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
@@ -658,6 +672,9 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
                 + [list(map(_GET_TOPIC, parsed))]
             )  # fmt: skip
             del inner
+        elif spaceless and wanted is not None:
+            col_keys = tuple(k for k in keys if k in wanted)
+            columns = [list(map(layout.getters[keys.index(k)], parsed)) for k in col_keys]
         else:
             columns = [list(map(g, parsed)) for g in layout.getters]
         del parsed
@@ -683,7 +700,7 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
                 key, columns, topic = columns[0], columns[1:-1], columns[-1]
             else:
                 key = topic = None
-            out.append(_Matched(got[ok], keys, dict(zip(keys, columns)), key, topic, arrays))
+            out.append(_Matched(got[ok], keys, dict(zip(col_keys, columns)), key, topic, arrays))
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
@@ -883,7 +900,7 @@ def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept:
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
-    groups = _match_layouts(sub, style, False, accept)
+    groups = _match_layouts(sub, style, False, accept, names)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
     order = []
