@@ -607,7 +607,7 @@ def _spaceless_len(texts: list) -> np.ndarray:
     )
 
 
-def _spaceless_equal(raws: list, parsed: list) -> np.ndarray:
+def _spaceless_equal(raws: list, parsed: list, stats: tuple[int, int] | None = None) -> np.ndarray:
     """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
 
     ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
@@ -618,7 +618,8 @@ def _spaceless_equal(raws: list, parsed: list) -> np.ndarray:
     over the batch prove every one (the common case: four bulk counts, no per-message comparison).
     """
     encoded = list(map(_ENCODE, parsed))
-    have = sum(map(len, raws)) - _spaces(raws)
+    total, spaces = stats if stats is not None else (sum(map(len, raws)), _spaces(raws))
+    have = total - spaces
     want = sum(map(len, encoded)) - _spaces(encoded)
     if have == want:
         return np.ones(len(raws), dtype=bool)
@@ -626,11 +627,13 @@ def _spaceless_equal(raws: list, parsed: list) -> np.ndarray:
 
 
 def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any,
-                   wanted: tuple[str, ...] | None = None) -> list[_Matched]:  # fmt: skip
+                   wanted: tuple[str, ...] | None = None,
+                   stats: tuple[int, int] | None = None) -> list[_Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
     ``wanted``: the only keys whose values the caller reads (objects inside a value); the others'
-    values are then not even taken out of the Structs, when no rebuild needs them."""
+    values are then not even taken out of the Structs, when no rebuild needs them. ``stats``: the
+    total length and spaces of all ``raws``, when the caller has them."""
     out: list[_Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[str, ...]] = set()
@@ -664,7 +667,7 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         )  # fmt: skip
         col_keys = keys
         if spaceless:
-            ok = _spaceless_equal(subset, parsed)
+            ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
         if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
             inner = list(map(_GET_VALUE, parsed))
             columns = (
@@ -860,6 +863,15 @@ class _Col:
             col.first[~col.present] = 0
         return col
 
+    def stats(self) -> tuple[int, int] | None:
+        """(total length, spaces) of the present values' text, when all are present."""
+        if not self.present.all() or not len(self.arr):
+            return None
+        arr = self.arr
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        return len(data), int(np.count_nonzero(data == _SPACE))
+
     def matches(self, pattern: str) -> np.ndarray:
         """Present and matching ``pattern`` (absent values count as matching)."""
         if not self.present.any():
@@ -895,12 +907,15 @@ class _Col:
 
 
 def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept: Any,
-            names: tuple[str, ...]) -> tuple[np.ndarray, dict[str, _Col]]:  # fmt: skip
-    """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields)."""
+            names: tuple[str, ...], col: "_Col | None" = None) -> tuple[np.ndarray, dict[str, _Col]]:  # fmt: skip
+    """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields).
+
+    ``col``: the same texts as a column already built (its bytes are then counted, not joined again)."""
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
-    groups = _match_layouts(sub, style, False, accept, names)
+    stats = col.stats() if col is not None and len(idx) == m else None
+    groups = _match_layouts(sub, style, False, accept, names, stats)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
     order = []
@@ -1069,7 +1084,7 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     key_objects = key.first == _OBJ_START
     if key_objects.any():
         # A Key object is parsed by the general path (duplicates, {payload, schema}): prove it plain.
-        kok, _ = _nested(g.key, key_objects, _CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, ())
+        kok, _ = _nested(g.key, key_objects, _CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, (), key)
         bad |= key_objects & ~kok
     op = value["op"]
     bad |= ~pc.is_in(op.arr, value_set=_ENRICHED_OP_TEXT).to_numpy(zero_copy_only=False)
@@ -1080,7 +1095,7 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == _OBJ_START)
     src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _CRDB_STYLE,
-                         lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"))  # fmt: skip
+                         lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"), src)  # fmt: skip
     bad |= src_obj & ~src_ok
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
@@ -1135,7 +1150,7 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == _OBJ_START)
     src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _COMPACT_STYLE,
-                         lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"))  # fmt: skip
+                         lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"), src)  # fmt: skip
     bad |= src_obj & ~src_ok
     table_col = sf["table"]
     table_str = table_col.present & (table_col.first == ord('"'))
