@@ -431,6 +431,7 @@ def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
 _CRDB_STYLE = (b", ", b": ")
 _COMPACT_STYLE = (b",", b":")
 _MAX_LAYOUTS = 4
+_LENGTH_KEYS = 4
 
 
 class _Layout:
@@ -661,8 +662,9 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
             continue
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
         # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
+        # (the length check needs every value's length: cheaper for few keys, not for big objects)
         spaceless = (
-            (not layout.by_length or wanted is not None) and "__crdb__" not in keys
+            (not layout.by_length or (wanted is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
             and all(map(_SIMPLE_KEY.match, keys))
         )  # fmt: skip
         col_keys = keys
