@@ -386,3 +386,34 @@ def test_bare_batch_variants_behind_a_canonical_first_body() -> None:
     # Layout proven: canonical ones, body key order of the row, a string holding ", \"y\": ", an empty
     # __crdb__ and invalid UTF-8 (these two are then left to the general path by _bare_part's checks).
     assert quick is not None and quick.idx.tolist() == [0, 7, 8, 13, 15, 16]
+
+
+def test_enriched_and_debezium_repeated_keys_behind_canonical_bodies() -> None:
+    """The spaceless proof (no repeated key) against bodies of the layout learned from the first."""
+    enriched = bench_decode.make_bodies(3, seed=11, envelope="enriched")
+    e = enriched[1]
+    src_at = e.index(b'"source": {') + len(b'"source": {')
+    variants = [
+        e.replace(b'"op": "u", ', b'"op":"u","op":"u",'),  # repeated, paid for with spaces left out
+        e.replace(b'"op": "u", ', b'"op":\t"u", '),  # a tab instead of a space
+        e.replace(b'"op": "u", ', b'"op": "u",  '),  # one space more
+        e.replace(b'"op": "u", ', b'"\\u006fp": "u", '),  # escaped key
+        e[:src_at] + b'"origin":"x",' + e[src_at:].replace(b'", "', b'","', 2),  # source key repeated
+        e.replace(b'{"Key":{"city": ', b'{"Key":{"city":"x","city": ', 1),  # Key object key repeated
+        e.replace(b'"Topic":"vehicles"', b'"Topic":"veh\\u0069cles"'),
+        e.replace(b'"Topic":"vehicles"', b'"Topic": "vehicles"'),
+    ]
+    assert all(v != e for v in variants)
+    batch = assert_same(enriched + variants + enriched)
+    assert batch.column("kind").to_pylist()[3] == "malformed"
+    debezium = bench_decode.make_bodies(3, seed=11, envelope="debezium")
+    d = debezium[1]
+    variants = [
+        d.replace(b'"op":"u",', b'"op":"u","op":"c",'),
+        d.replace(b'"table":"vehicles",', b'"table":"x","table":"vehicles",'),
+        d.replace(b'"table":"vehicles",', b'"table": "vehicles", '),
+        d.replace(b'"ts_ms":', b'"ts_\\u006ds":', 1),
+    ]
+    assert all(v != d for v in variants)
+    assert_same(debezium + variants + debezium)
+    assert fast_count(enriched * 3) == 9 and fast_count(debezium * 3) == 9
