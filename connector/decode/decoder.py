@@ -950,12 +950,16 @@ def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept:
 
 
 def _commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
-    """commit_time from validated HLC strings: ``updated`` when present, else ``mvcc_timestamp``."""
+    """commit_time from HLC strings: ``updated`` when present, else ``mvcc_timestamp``.
+
+    The callers reject the messages whose HLCs are not valid, after this: such a value (``" 1.0"``)
+    gets a placeholder here, so that the bulk cast cannot fail on it."""
     m = len(updated)
     commit = pa.nulls(m, pa.timestamp("us", tz="UTC"))
     for arr in (mvcc, updated):
         if arr.null_count < m:
-            micros = _hlc_micros(pc.fill_null(arr, "0.0000000000"))
+            valid = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
+            micros = _hlc_micros(pc.if_else(valid, pc.fill_null(arr, "0.0000000000"), "0.0000000000"))
             commit = pc.if_else(pc.is_null(arr), commit, micros)
     return commit
 

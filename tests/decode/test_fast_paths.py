@@ -417,3 +417,13 @@ def test_enriched_and_debezium_repeated_keys_behind_canonical_bodies() -> None:
     assert all(v != d for v in variants)
     assert_same(debezium + variants + debezium)
     assert fast_count(enriched * 3) == 9 and fast_count(debezium * 3) == 9
+
+
+@pytest.mark.parametrize("family", ["bare", "enriched"])
+def test_an_hlc_with_a_space_is_malformed_not_an_exception(family: str) -> None:
+    bodies = bench_decode.make_bodies(3, seed=2, envelope=family)
+    field = b'"updated": "' if family == "bare" else b'"ts_hlc": "'
+    bad = bodies[1].replace(field, field + b" ")
+    assert bad != bodies[1]
+    batch = assert_same([bodies[0], bad, bodies[2]])
+    assert batch.column("kind").to_pylist() == ["row", "malformed", "row"]
