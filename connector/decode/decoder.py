@@ -427,16 +427,21 @@ def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
 # that equals its rebuild has exactly those keys, once each, in that order, with nothing between
 # them: no duplicate (which the general path rejects), no whitespace or escape variant, so the
 # fields the general path would read are these values. Anything else goes to the general path.
+# Cheaper proofs stand in for the rebuild where they are airtight: the canonical length (few keys,
+# _Layout.by_length), the spaceless length against msgspec's compact re-encoding where values are
+# only read by key (_spaceless_equal), and for bare rows, which are cut from the body, the
+# ``msgspec.json.format`` fixed point of the whole ``Value`` (_bare_quick).
 
 _CRDB_STYLE = (b", ", b": ")
 _COMPACT_STYLE = (b",", b":")
 _MAX_LAYOUTS = 4
+_LENGTH_KEYS = 4
 
 
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "prefixes", "end", "by_length", "spaces")
+    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
 
     def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
         sep, colon = style
@@ -454,11 +459,8 @@ class _Layout:
         if wrapper:
             smallest = min(smallest, len(b'"Key":1,'))
         self.by_length = smallest > spaces and "__crdb__" not in keys
-        # Otherwise the same length still proves it when the body holds at least the canonical
-        # number of spaces outside the values read: each space left out of the layout, each
-        # repeated member, is then paid for in bytes the length has no room for. (Keys with a
-        # space, quote or backslash are not learned, so no key text holds a space.)
-        self.spaces = spaces
+        # Otherwise, when the values are only read by key (not bare), _spaceless_equal proves that
+        # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
         names = [f"f{i}" for i in range(len(keys))]
         inner = msgspec.defstruct(
             "_Learned", [(n, Raw) for n in names], rename=dict(zip(names, keys)), forbid_unknown_fields=True, gc=False
@@ -467,6 +469,7 @@ class _Layout:
         prefixes = [(b"{" if i == 0 else sep) + e + colon for i, e in enumerate(encoded)]
         self.keys = keys
         self.wrapper = wrapper
+        self.inner_getters = [operator.attrgetter(n) for n in names]
         if wrapper:
             outer = msgspec.defstruct(
                 "_LearnedWrap", [("Key", Raw), ("Value", inner), ("Topic", str)], forbid_unknown_fields=True, gc=False
@@ -563,16 +566,17 @@ class _Matched:
     """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic,
     and the raw-text columns already built while proving them (by key; "" is the wrapper Key)."""
 
-    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays")
+    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays", "after")
 
     def __init__(self, idx: np.ndarray, keys: tuple[str, ...], values: dict[str, list], key: list | None,
-                 topic: list | None, arrays: dict[str, pa.Array]) -> None:  # fmt: skip
+                 topic: list | None, arrays: dict[str, pa.Array], after: pa.Array | None = None) -> None:  # fmt: skip
         self.idx = idx
         self.keys = keys
         self.values = values
         self.key = key
         self.topic = topic
         self.arrays = arrays
+        self.after = after  # bare rows already cut (see _bare_quick)
 
     def col(self, name: str, m: int) -> "_Col":
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
@@ -585,28 +589,56 @@ class _Matched:
 _SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
 
 
-def _row_spaces(raws: list) -> tuple[np.ndarray, pa.Array]:
-    """(spaces in each raw text, the raws as a string array)."""
-    arr = _raw_column(raws)[0]
-    return pc.count_substring(arr.view(pa.binary()), b" ").to_numpy(zero_copy_only=False).astype(np.int64), arr
+_SPACE = ord(" ")
+_COUNT_SPACES = operator.methodcaller("count", b" ")
+_ENCODE = msgspec.json.Encoder().encode
 
 
-def _spaces_ok(raws: list, names: tuple[str, ...], columns: list[list], topic_json: list | None,
-               canonical: int) -> tuple[np.ndarray, dict[str, pa.Array]]:  # fmt: skip
-    """Whether each raw has at least ``canonical`` spaces outside the values read (see _Layout)."""
-    outside, _ = _row_spaces(raws)
-    arrays = {}
-    for name, column in zip(names, columns):
-        inside, arrays[name] = _row_spaces(column)
-        outside -= inside
-    if topic_json is not None:
-        per_topic = {t: t.count(b" ") for t in set(topic_json)}
-        outside -= np.fromiter(map(per_topic.__getitem__, topic_json), dtype=np.int64, count=len(raws))
-    return outside >= canonical, arrays
+def _spaces(texts: list) -> int:
+    """Spaces in all the ``texts`` (bytes are counted in place; Raw ones, without a count, joined)."""
+    if texts and isinstance(texts[0], bytes):
+        try:
+            return sum(map(_COUNT_SPACES, texts))
+        except TypeError:
+            pass
+    return int(np.count_nonzero(np.frombuffer(b"".join(texts), dtype=np.uint8) == _SPACE))
 
 
-def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any) -> list[_Matched]:
-    """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them."""
+def _spaceless_len(texts: list) -> np.ndarray:
+    m = len(texts)
+    texts = [t if isinstance(t, bytes) else bytes(t) for t in texts]
+    return np.fromiter(map(len, texts), dtype=np.int64, count=m) - np.fromiter(
+        map(_COUNT_SPACES, texts), dtype=np.int64, count=m
+    )
+
+
+def _spaceless_equal(raws: list, parsed: list, stats: tuple[int, int] | None = None) -> np.ndarray:
+    """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
+
+    ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
+    plain), no whitespace, and the raw values verbatim. Without spaces, a raw is never shorter than
+    that: its values are the same bytes, its keys (and a wrapper's Topic) at least as long, and any
+    other whitespace or repeated member only adds. So the two are equal exactly when no key repeats,
+    no key is escaped and only spaces separate the tokens; as each raw is never shorter, equal totals
+    over the batch prove every one (the common case: four bulk counts, no per-message comparison).
+    """
+    encoded = list(map(_ENCODE, parsed))
+    total, spaces = stats if stats is not None else (sum(map(len, raws)), _spaces(raws))
+    have = total - spaces
+    want = sum(map(len, encoded)) - _spaces(encoded)
+    if have == want:
+        return np.ones(len(raws), dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(encoded)
+
+
+def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any,
+                   wanted: tuple[str, ...] | None = None,
+                   stats: tuple[int, int] | None = None) -> list[_Matched]:  # fmt: skip
+    """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
+
+    ``wanted``: the only keys whose values the caller reads (objects inside a value); the others'
+    values are then not even taken out of the Structs, when no rebuild needs them. ``stats``: the
+    total length and spaces of all ``raws``, when the caller has them."""
     out: list[_Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[str, ...]] = set()
@@ -632,27 +664,42 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
         if not parsed:
             pending = pending[1:]
             continue
-        columns = [list(map(g, parsed)) for g in layout.getters]
-        del parsed
-        rebuild = columns
-        if wrapper:  # Topic decodes to str; the layout holds its JSON text
-            topics = columns[-1]
-            encoded = {t: msgspec.json.encode(t) for t in set(topics)}
-            rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
-        arrays: dict[str, pa.Array] = {}
-        if layout.by_length:
-            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
-        elif not wrapper or "__crdb__" in keys or not all(map(_SIMPLE_KEY.match, keys)):
-            # (a nested object's values are mostly not needed as columns: one rebuild is cheaper)
-            ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+        # Values read by key, output as their raw text: only a repeated key (malformed for the general
+        # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
+        # (the length check needs every value's length: cheaper for few keys, not for big objects)
+        spaceless = (
+            (not layout.by_length or (wanted is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
+            and all(map(_SIMPLE_KEY.match, keys))
+        )  # fmt: skip
+        col_keys = keys
+        if spaceless:
+            ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
+        if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
+            inner = list(map(_GET_VALUE, parsed))
+            columns = (
+                [list(map(_GET_KEY, parsed))] + [list(map(g, inner)) for g in layout.inner_getters]
+                + [list(map(_GET_TOPIC, parsed))]
+            )  # fmt: skip
+            del inner
+        elif spaceless and wanted is not None:
+            col_keys = tuple(k for k in keys if k in wanted)
+            columns = [list(map(layout.getters[keys.index(k)], parsed)) for k in col_keys]
         else:
-            ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
-            if ok.any():
-                names = (("",) if wrapper else ()) + keys
-                value_columns = rebuild[:-1] if wrapper else rebuild
-                enough, arrays = _spaces_ok(subset, names, value_columns, rebuild[-1] if wrapper else None,
-                                            layout.spaces)  # fmt: skip
-                ok &= enough
+            columns = [list(map(g, parsed)) for g in layout.getters]
+        del parsed
+        arrays: dict[str, pa.Array] = {}
+        if spaceless:
+            pass
+        else:
+            rebuild = columns
+            if wrapper:  # Topic decodes to str; the layout holds its JSON text
+                topics = columns[-1]
+                encoded = {t: msgspec.json.encode(t) for t in set(topics)}
+                rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
+            if layout.by_length:
+                ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
+            else:  # bare rows are rebuilt by the general path: prove them byte for byte
+                ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
         if ok.any():
             if not ok.all():
                 keep = ok.tolist()
@@ -662,12 +709,128 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
                 key, columns, topic = columns[0], columns[1:-1], columns[-1]
             else:
                 key = topic = None
-            out.append(_Matched(got[ok], keys, dict(zip(keys, columns)), key, topic, arrays))
+            out.append(_Matched(got[ok], keys, dict(zip(col_keys, columns)), key, topic, arrays))
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
         pending = pending[~done[pending]]
     return out
+
+
+class _BareWrap(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    Key: Raw
+    Value: Raw
+    Topic: str
+
+
+_BARE_WRAP_DECODE = msgspec.json.Decoder(_BareWrap).decode
+_BARE_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":') + len(b"}")
+_BARE_HEAD = b'{"__crdb__": '
+
+
+def _format_spaced(raw: Any) -> bytes:
+    return msgspec.json.format(raw, indent=0)
+
+
+def _same_text(raw: Any, text: bytes) -> bool:
+    return bytes(raw) == text
+
+
+def _bare_quick(raws: list, accept: Any) -> _Matched | None:
+    """Bare bodies in CockroachDB's layout, proven without touching the row's values one by one.
+
+    ``{"Key":K,"Value":V,"Topic":T}`` is decoded with ``V`` kept raw, then ``V`` into the learned
+    Struct of its keys (exactly these keys, each at least once). A body is taken when:
+
+    * its length is the wrapper's punctuation plus ``K``, ``V`` and ``T``'s JSON: no whitespace, no
+      repeated member (one costs at least ``"Key":1,``) and no escaped wrapper key;
+    * ``V`` is a fixed point of ``msgspec.json.format(indent=0)``, whose output has exactly one space
+      after each ``,`` and ``:`` outside strings and no other whitespace, at every depth;
+    * ``len(V)`` is its compact re-encoding (the Struct: canonical keys, the last value of each) plus
+      those spaces at the top level: a repeated member or an escaped key would make ``V`` longer
+      (keys are plain: no quote, backslash, space or control character, so their JSON is shortest);
+    * ``V`` starts with ``{"__crdb__": ``.
+
+    ``V`` is then byte for byte what the general path rebuilds around ``__crdb__``'s value ``M``,
+    and the row is ``V`` from the ``, `` after ``M`` on, that space becoming ``{``.
+    Returns None when the batch is not of one such layout (the learned layouts take it then).
+    """
+    first = _decode_or_none(_BARE_WRAP_DECODE, raws[0]) if raws else None
+    keys = _learn_keys(first.Value, False) if first is not None else None
+    if not keys or keys[0] != "__crdb__" or not _accept_bare(keys) or not accept(keys):
+        return None  # (the layout is learned from the first body: not bare, not this path)
+    idx = np.arange(len(raws))
+    try:
+        parsed = list(map(_BARE_WRAP_DECODE, raws))
+    except Exception:  # some are not {Key, Value, Topic}: the others still may be
+        parsed = [_decode_or_none(_BARE_WRAP_DECODE, b) for b in raws]
+        keep = [p is not None for p in parsed]
+        idx, parsed, raws = idx[np.array(keep, dtype=bool)], list(itertools.compress(parsed, keep)), list(
+            itertools.compress(raws, keep)
+        )
+        if not parsed:
+            return None
+    values = list(map(_GET_VALUE, parsed))
+    if not all(map(_SIMPLE_KEY.match, keys)):
+        return None
+    layout = _layout(keys, _CRDB_STYLE, False)
+    try:
+        inner = list(map(layout.decode, values))
+    except Exception:  # other keys in some: keep the ones of this layout
+        inner = [_decode_or_none(layout.decode, v) for v in values]
+        keep = [p is not None for p in inner]
+        idx = idx[np.array(keep, dtype=bool)]
+        inner, parsed, values, raws = (list(itertools.compress(c, keep)) for c in (inner, parsed, values, raws))
+    m = len(raws)
+    key = list(map(_GET_KEY, parsed))
+    topic = list(map(_GET_TOPIC, parsed))
+    del parsed
+    meta = list(map(layout.getters[0], inner))
+    n_keys = len(keys)
+    v_len = np.fromiter(map(len, values), dtype=np.int64, count=m)
+    k_len = np.fromiter(map(len, key), dtype=np.int64, count=m)
+    t_json = {t: len(msgspec.json.encode(t)) for t in set(topic)}
+    t_len = np.fromiter(map(t_json.__getitem__, topic), dtype=np.int64, count=m)
+    b_len = np.fromiter(map(len, raws), dtype=np.int64, count=m)
+    ok = b_len == _BARE_WRAP_FIXED + k_len + v_len + t_len
+    compact = np.fromiter(map(len, map(_ENCODE, inner)), dtype=np.int64, count=m)
+    del inner
+    ok &= v_len == compact + 2 * n_keys - 1
+    formatted = list(map(_format_spaced, values))
+    v_data = b"".join(values)
+    if b"".join(formatted) != v_data:  # (one comparison when all are; message by message otherwise)
+        ok &= np.fromiter(map(_same_text, values, formatted), dtype=bool, count=m)
+    del formatted
+    if len(v_data) > _OFFSET_LIMIT:
+        return None
+    v_start = np.zeros(m, dtype=np.int64)
+    np.cumsum(v_len[:-1], out=v_start[1:])
+    v_bytes = np.frombuffer(v_data, dtype=np.uint8)
+    head = np.frombuffer(_BARE_HEAD, dtype=np.uint8)
+    big = v_len >= len(_BARE_HEAD) + 3
+    ok &= big
+    if big.any():
+        at = v_start[big][:, None] + np.arange(len(_BARE_HEAD))
+        ok[big] &= (v_bytes[at] == head).all(axis=1)
+    if not ok.any():
+        return None
+    m_len = np.fromiter(map(len, meta), dtype=np.int64, count=m)
+    cut = v_start + len(_BARE_HEAD) + m_len + 1  # the space after ``M,``
+    end = v_start + v_len
+    ok &= cut < end - 1
+    if not ok.all():
+        keep = ok.tolist()
+        key, topic, meta = (list(itertools.compress(c, keep)) for c in (key, topic, meta))
+        cut, end = cut[ok], end[ok]
+    k = len(cut)
+    data = v_bytes.copy()
+    data[cut] = _OBJ_START
+    offsets = np.empty(2 * k, dtype=np.int32)
+    offsets[0::2] = cut
+    offsets[1::2] = end
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    after = pieces.take(pa.array(np.arange(0, 2 * k, 2))).view(pa.string())
+    return _Matched(idx[ok], keys, {"__crdb__": meta}, key, topic, {}, after)
 
 
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
@@ -706,6 +869,15 @@ class _Col:
             col.first[~col.present] = 0
         return col
 
+    def stats(self) -> tuple[int, int] | None:
+        """(total length, spaces) of the present values' text, when all are present."""
+        if not self.present.all() or not len(self.arr):
+            return None
+        arr = self.arr
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        return len(data), int(np.count_nonzero(data == _SPACE))
+
     def matches(self, pattern: str) -> np.ndarray:
         """Present and matching ``pattern`` (absent values count as matching)."""
         if not self.present.any():
@@ -741,12 +913,15 @@ class _Col:
 
 
 def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept: Any,
-            names: tuple[str, ...]) -> tuple[np.ndarray, dict[str, _Col]]:  # fmt: skip
-    """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields)."""
+            names: tuple[str, ...], col: "_Col | None" = None) -> tuple[np.ndarray, dict[str, _Col]]:  # fmt: skip
+    """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields).
+
+    ``col``: the same texts as a column already built (its bytes are then counted, not joined again)."""
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
-    groups = _match_layouts(sub, style, False, accept)
+    stats = col.stats() if col is not None and len(idx) == m else None
+    groups = _match_layouts(sub, style, False, accept, names, stats)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
     order = []
@@ -775,12 +950,16 @@ def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept:
 
 
 def _commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
-    """commit_time from validated HLC strings: ``updated`` when present, else ``mvcc_timestamp``."""
+    """commit_time from HLC strings: ``updated`` when present, else ``mvcc_timestamp``.
+
+    The callers reject the messages whose HLCs are not valid, after this: such a value (``" 1.0"``)
+    gets a placeholder here, so that the bulk cast cannot fail on it."""
     m = len(updated)
     commit = pa.nulls(m, pa.timestamp("us", tz="UTC"))
     for arr in (mvcc, updated):
         if arr.null_count < m:
-            micros = _hlc_micros(pc.fill_null(arr, "0.0000000000"))
+            valid = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
+            micros = _hlc_micros(pc.if_else(valid, pc.fill_null(arr, "0.0000000000"), "0.0000000000"))
             commit = pc.if_else(pc.is_null(arr), commit, micros)
     return commit
 
@@ -880,7 +1059,7 @@ def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Arra
     m = len(g.idx)
     key = g.col("", m)
     bad = key.first != _ARR_START
-    after = _bare_rows(g, bodies)
+    after = g.after if g.after is not None else _bare_rows(g, bodies)
     meta_ok, meta = _nested(g.values["__crdb__"], np.ones(m, dtype=bool), _CRDB_STYLE,
                             _BARE_META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
@@ -915,7 +1094,7 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     key_objects = key.first == _OBJ_START
     if key_objects.any():
         # A Key object is parsed by the general path (duplicates, {payload, schema}): prove it plain.
-        kok, _ = _nested(g.key, key_objects, _CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, ())
+        kok, _ = _nested(g.key, key_objects, _CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, (), key)
         bad |= key_objects & ~kok
     op = value["op"]
     bad |= ~pc.is_in(op.arr, value_set=_ENRICHED_OP_TEXT).to_numpy(zero_copy_only=False)
@@ -926,7 +1105,7 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == _OBJ_START)
     src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _CRDB_STYLE,
-                         lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"))  # fmt: skip
+                         lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"), src)  # fmt: skip
     bad |= src_obj & ~src_ok
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
@@ -981,7 +1160,7 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == _OBJ_START)
     src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _COMPACT_STYLE,
-                         lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"))  # fmt: skip
+                         lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"), src)  # fmt: skip
     bad |= src_obj & ~src_ok
     table_col = sf["table"]
     table_str = table_col.present & (table_col.first == ord('"'))
@@ -1062,7 +1241,20 @@ def _learned_paths(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray,
             break
         subset = bodies if len(remaining) == len(bodies) else [bodies[i] for i in remaining.tolist()]
         taken = np.zeros(len(bodies), dtype=bool)
-        for g in _match_layouts(subset, style, wrapper, accept):
+        groups = []
+        quick = _bare_quick(subset, accept) if wrapper else None
+        if quick is not None:
+            groups.append(quick)
+            rest = np.ones(len(subset), dtype=bool)
+            rest[quick.idx] = False
+            rest_idx = np.flatnonzero(rest)
+            if len(rest_idx):
+                for g in _match_layouts([subset[i] for i in rest_idx.tolist()], style, wrapper, accept):
+                    g.idx = rest_idx[g.idx]
+                    groups.append(g)
+        else:
+            groups = _match_layouts(subset, style, wrapper, accept)
+        for g in groups:
             group_bodies = [subset[i] for i in g.idx.tolist()]
             if not wrapper:
                 build = _debezium_part

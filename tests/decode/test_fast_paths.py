@@ -352,3 +352,78 @@ def test_typed_random_values_match() -> None:
         bodies.append(wrap("[1]", '{"after": ' + row + "}"))
     batch = assert_same(bodies, row_schema=schema)
     assert 0 < batch.column("kind").to_pylist().count("malformed") < 400
+
+
+def test_bare_batch_variants_behind_a_canonical_first_body() -> None:
+    """The whole-batch bare check (layout learned from the first body) takes only exact bodies."""
+    row = '"a": 1, "b": "x", "c": {"d": 26.30}'
+    canonical = wrap('[1]', '{"__crdb__": ' + META + ', ' + row + '}')
+    variants = [
+        canonical,
+        wrap('[1]', '{"__crdb__": ' + META + ', "a":  1, "b":"x", "c": {"d": 26.30}}'),  # a space moved
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d":26.30}}'),  # compact inside a value
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d": 26.30} }'),  # space before }
+        wrap('[1]', '{"__crdb__": ' + META + ',"a":1,"b":"x","a":1, "c": {"d": 26.30}}'),  # duplicate, compacted
+        wrap('[1]', '{"__crdb__": ' + META + ', "\\u0061": 1, "b": "x", "c": {"d": 26.30}}'),  # escaped key
+        wrap('[1]', '{"a": 1, "__crdb__": ' + META + ', "b": "x", "c": {"d": 26.30}}'),  # __crdb__ second
+        wrap('[1]', '{"__crdb__": ' + META + ', "b": "x", "a": 1, "c": {"d": 26.30}}'),  # row key order
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x, \\"y\\": ", "c": {"d": 26.30}}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x", "c": {"d": 26.30}, "e": null}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', "a": 1, "b": "x"}'),
+        wrap('[1] ', '{"__crdb__": ' + META + ', ' + row + '}'),  # wrapper whitespace
+        b'{"Key":[1],"Key":[2],"Value":{"__crdb__": ' + META.encode() + b', ' + row.encode() + b'},"Topic":"t"}',
+        wrap('[1]', '{"__crdb__": {}, ' + row + '}'),
+        wrap('[1]', '{"__crdb__": ' + META + ', ' + row + '}', "t\\u0074"),
+        canonical.replace(b'"x"', b'"\xff"'),  # invalid UTF-8
+        canonical,
+    ]
+    batch = assert_same(variants * 3)
+    kinds = batch.column("kind").to_pylist()
+    assert kinds[0] == kinds[16] == "row"
+    assert fast_count([canonical] * 4) == 4
+    assert decoding._bare_quick([canonical] * 3, decoding._accept_bare) is not None
+    quick = decoding._bare_quick(variants, decoding._accept_bare)
+    # Layout proven: canonical ones, body key order of the row, a string holding ", \"y\": ", an empty
+    # __crdb__ and invalid UTF-8 (these two are then left to the general path by _bare_part's checks).
+    assert quick is not None and quick.idx.tolist() == [0, 7, 8, 13, 15, 16]
+
+
+def test_enriched_and_debezium_repeated_keys_behind_canonical_bodies() -> None:
+    """The spaceless proof (no repeated key) against bodies of the layout learned from the first."""
+    enriched = bench_decode.make_bodies(3, seed=11, envelope="enriched")
+    e = enriched[1]
+    src_at = e.index(b'"source": {') + len(b'"source": {')
+    variants = [
+        e.replace(b'"op": "u", ', b'"op":"u","op":"u",'),  # repeated, paid for with spaces left out
+        e.replace(b'"op": "u", ', b'"op":\t"u", '),  # a tab instead of a space
+        e.replace(b'"op": "u", ', b'"op": "u",  '),  # one space more
+        e.replace(b'"op": "u", ', b'"\\u006fp": "u", '),  # escaped key
+        e[:src_at] + b'"origin":"x",' + e[src_at:].replace(b'", "', b'","', 2),  # source key repeated
+        e.replace(b'{"Key":{"city": ', b'{"Key":{"city":"x","city": ', 1),  # Key object key repeated
+        e.replace(b'"Topic":"vehicles"', b'"Topic":"veh\\u0069cles"'),
+        e.replace(b'"Topic":"vehicles"', b'"Topic": "vehicles"'),
+    ]
+    assert all(v != e for v in variants)
+    batch = assert_same(enriched + variants + enriched)
+    assert batch.column("kind").to_pylist()[3] == "malformed"
+    debezium = bench_decode.make_bodies(3, seed=11, envelope="debezium")
+    d = debezium[1]
+    variants = [
+        d.replace(b'"op":"u",', b'"op":"u","op":"c",'),
+        d.replace(b'"table":"vehicles",', b'"table":"x","table":"vehicles",'),
+        d.replace(b'"table":"vehicles",', b'"table": "vehicles", '),
+        d.replace(b'"ts_ms":', b'"ts_\\u006ds":', 1),
+    ]
+    assert all(v != d for v in variants)
+    assert_same(debezium + variants + debezium)
+    assert fast_count(enriched * 3) == 9 and fast_count(debezium * 3) == 9
+
+
+@pytest.mark.parametrize("family", ["bare", "enriched"])
+def test_an_hlc_with_a_space_is_malformed_not_an_exception(family: str) -> None:
+    bodies = bench_decode.make_bodies(3, seed=2, envelope=family)
+    field = b'"updated": "' if family == "bare" else b'"ts_hlc": "'
+    bad = bodies[1].replace(field, field + b" ")
+    assert bad != bodies[1]
+    batch = assert_same([bodies[0], bad, bodies[2]])
+    assert batch.column("kind").to_pylist() == ["row", "malformed", "row"]
