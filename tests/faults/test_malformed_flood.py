@@ -37,7 +37,7 @@ def _hostile(i: int) -> list[bytes]:
         b"{nope " + str(i).encode(),
         row[:-5],
         f'{{"Key":[{i}],"Value":{{"after": {{"a": "'.encode() + b"\xff\xfe" + b'"}},"Topic":"t"}',
-        b"",
+        b" \n",  # blank, not empty: an empty body is a Debezium tombstone (issue 14)
         str(i).encode(),
         f'[{{"a": {i}}}]'.encode(),
         f'{{"Key":[{i}],"Topic":"t"}}'.encode(),
