@@ -18,6 +18,16 @@ How the receiver pulls, measured without Spark on the same backlog:
       ``FlowControl``: server-side outstanding limits, leasing, one callback per message that
       acknowledges it).
 
+CPU, from /proc (the figures that hold on any machine):
+
+  driver CPU per message: the CPU time of Spark's driver-side Python runner
+      (``pyspark.sql.streaming.python_streaming_source_runner``, one process per query) of the
+      measured warm query, minus that of the 2,000-message warm-up query (start-up: imports,
+      client, first Pull waits), per message beyond the warm-up's;
+  executor CPU per message: the CPU time of the Python workers that run ``read()``
+      (``pyspark.daemon`` and the workers it forks, reaped ones included) over the warm query,
+      per message.
+
 Prints every rate and, last, (b)/(a). Not a test: absolute numbers are noisy here, the ratio is
 the figure.
 
@@ -33,6 +43,88 @@ import tempfile
 import time
 
 PROJECT = "bench-project"
+RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
+PLANNING_WORKERS = ("lookup_data_sources", "create_data_source", "plan_data_source_read")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float, float] | None:
+    """(parent pid, own CPU seconds, reaped children's CPU seconds) of ``pid`` from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    # After the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 0-based from state.
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ProcCpu:
+    """Samples the CPU time of Spark's Python processes under this process's JVM (a thread
+    polling /proc every 50 ms): driver-side runners by pid, executor workers as a snapshot."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.runner_cpu: dict[int, float] = {}  # pid -> last seen CPU seconds
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _procs(self) -> list[tuple[int, str, float, float]]:
+        """(pid, cmdline, own CPU, reaped children CPU) of every process below this one."""
+        parent: dict[int, int] = {}
+        stats: dict[int, tuple[float, float]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = _stat(int(name))
+                if st is not None:
+                    parent[int(name)] = st[0]
+                    stats[int(name)] = st[1:]
+        me, out = os.getpid(), []
+        for pid in stats:
+            p, hops = parent.get(pid), 0
+            while p is not None and p != me and p > 1 and hops < 8:
+                p, hops = parent.get(p), hops + 1
+            if p == me:
+                out.append((pid, _cmdline(pid), *stats[pid]))
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            for pid, cmd, own, _ in self._procs():
+                if RUNNER_MODULE in cmd:
+                    with self._lock:
+                        self.runner_cpu[pid] = max(own, self.runner_cpu.get(pid, 0.0))
+
+    def runners(self) -> set[int]:
+        with self._lock:
+            return set(self.runner_cpu)
+
+    def runner_seconds(self, pids: set[int]) -> float:
+        with self._lock:
+            return sum(self.runner_cpu[p] for p in pids)
+
+    def executor_seconds(self) -> float:
+        """CPU so far of the executor-side Python workers: live ones' own, plus what the daemons
+        reaped (a worker that exited is counted in its daemon's children time)."""
+        total = 0.0
+        for _, cmd, own, reaped in self._procs():
+            if "pyspark.daemon" in cmd and not any(w in cmd for w in PLANNING_WORKERS):
+                total += own + reaped
+        return total
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _bodies(n: int) -> list[bytes]:
@@ -142,7 +234,11 @@ def streaming_subscriber(host: str, sub: str, n: int) -> float:
         client.close()
 
 
-def connector(spark, host: str, sub: str, n: int, options: dict[str, str]) -> tuple[float, int, int]:
+def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: "ProcCpu | None" = None
+              ) -> tuple[float, int, int, float, float]:
+    """(seconds, rows, batches, driver-side runner CPU s, executor workers CPU s) of one drain."""
+    runners_before = cpu.runners() if cpu else set()
+    executors_before = cpu.executor_seconds() if cpu else 0.0
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
         for k, v in options.items():
@@ -153,12 +249,18 @@ def connector(spark, host: str, sub: str, n: int, options: dict[str, str]) -> tu
         q.awaitTermination()
         elapsed = time.perf_counter() - t0
         rows = sum(p["numInputRows"] for p in q.recentProgress)
-        return elapsed, rows, len(q.recentProgress)
+        batches = sum(1 for p in q.recentProgress if p["numInputRows"])
+    if cpu is None:
+        return elapsed, rows, batches, 0.0, 0.0
+    time.sleep(0.2)  # a last sample of the runner before Spark reaps it has been taken
+    runner = cpu.runner_seconds(cpu.runners() - runners_before)
+    return elapsed, rows, batches, runner, cpu.executor_seconds() - executors_before
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--skip-alone", action="store_true", help="skip (r) and (s), the runs without Spark")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="extra source option")
     args = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in args.option)
@@ -180,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         _publish(host, topic, bodies)
         print(f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
               f"in {time.perf_counter() - t0:.1f} s to one topic with five subscriptions")
-        r = receiver_alone(host, sub_r, len(bodies))
-        s_ = streaming_subscriber(host, sub_s, len(bodies))
+        r = s_ = None
+        if not args.skip_alone:
+            r = receiver_alone(host, sub_r, len(bodies))
+            s_ = streaming_subscriber(host, sub_s, len(bodies))
 
         spark = (
             SparkSession.builder.master("local[2]").appName("bench-stream")
@@ -189,22 +293,32 @@ def main(argv: list[str] | None = None) -> int:
         )
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
+        cpu = ProcCpu()
 
         a = baseline(host, sub_a, len(bodies))
-        cold, cold_rows, _ = connector(spark, host, sub_cold, len(bodies), options)
+        cold, cold_rows, cold_batches, cold_drv, cold_exe = connector(spark, host, sub_cold, len(bodies), options, cpu)
         # Warm-up on its own small backlog, then the measured run.
         wtopic, wsub = create_topic_and_subscription(host, PROJECT, "warmup", "warmup-sub", ack_deadline_seconds=60)
-        _publish(host, wtopic, bodies[:2000])
-        connector(spark, host, wsub, 2000, options)
-        b, rows, batches = connector(spark, host, sub_b, len(bodies), options)
+        warm_n = 2000
+        _publish(host, wtopic, bodies[:warm_n])
+        _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
+        b, rows, batches, drv, exe = connector(spark, host, sub_b, len(bodies), options, cpu)
+        cpu.stop()
         spark.stop()
 
     rate_a, rate_b, rate_cold = len(bodies) / a, rows / b, cold_rows / cold
-    print(f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)")
-    print(f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)")
+    if r is not None and s_ is not None:
+        print(f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)")
+        print(f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)")
     print(f"(a) plain pull(1000)+ack loop        : {a:7.2f} s  {rate_a:9,.0f} msg/s")
     print(f"(b) crdb_pubsub AvailableNow, warm   : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({rows:,} rows decoded, {batches} batches)")
-    print(f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session)")
+    print(f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session, "
+          f"{cold_batches} batches)")
+    print(f"driver CPU per message: {(drv - warm_drv) / max(1, rows - warm_n) * 1e6:.1f} us  (warm query's runner "
+          f"{drv:.2f} s, minus its start-up as the 2,000-message warm-up query's runner: {warm_drv:.2f} s; "
+          f"cold query's runner {cold_drv:.2f} s)")
+    print(f"executor CPU per message: {exe / max(1, rows) * 1e6:.1f} us  (Python workers {exe:.2f} s over the warm "
+          f"query; cold query {cold_exe:.2f} s, {cold_exe / max(1, cold_rows) * 1e6:.1f} us per message)")
     print(f"ratio (b)/(a) warm = {rate_b / rate_a:.2f}, cold = {rate_cold / rate_a:.2f}  (goal >= 0.8)")
     if rows != len(bodies) or cold_rows != len(bodies):
         print(f"WARNING: connector produced {rows}/{cold_rows} rows for {len(bodies)} messages")
