@@ -75,6 +75,7 @@ class ProcCpu:
         import threading
 
         self.runner_cpu: dict[int, float] = {}  # pid -> last seen CPU seconds
+        self.last_jvms = (0.0, 0.0)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -122,6 +123,18 @@ class ProcCpu:
             if "pyspark.daemon" in cmd and not any(w in cmd for w in PLANNING_WORKERS):
                 total += own + reaped
         return total
+
+    def jvm_seconds(self) -> tuple[float, float]:
+        """CPU so far of (Spark's JVM, the Pub/Sub emulator's JVM), reaped children excluded."""
+        spark = emulator = 0.0
+        for _, cmd, own, _ in self._procs():
+            if "java" not in cmd.split(" ", 1)[0]:
+                continue
+            if "org.apache.spark" in cmd or "pyspark" in cmd:
+                spark += own
+            elif "pubsub" in cmd.lower():
+                emulator += own
+        return spark, emulator
 
     def stop(self) -> None:
         self._stop.set()
@@ -239,6 +252,7 @@ def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: 
     """(seconds, rows, batches, driver-side runner CPU s, executor workers CPU s) of one drain."""
     runners_before = cpu.runners() if cpu else set()
     executors_before = cpu.executor_seconds() if cpu else 0.0
+    jvms_before = cpu.jvm_seconds() if cpu else (0.0, 0.0)
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
         for k, v in options.items():
@@ -252,6 +266,8 @@ def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: 
         batches = sum(1 for p in q.recentProgress if p["numInputRows"])
     if cpu is None:
         return elapsed, rows, batches, 0.0, 0.0
+    jvms = cpu.jvm_seconds()
+    cpu.last_jvms = (jvms[0] - jvms_before[0], jvms[1] - jvms_before[1])
     time.sleep(0.2)  # a last sample of the runner before Spark reaps it has been taken
     runner = cpu.runner_seconds(cpu.runners() - runners_before)
     return elapsed, rows, batches, runner, cpu.executor_seconds() - executors_before
@@ -303,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         _publish(host, wtopic, bodies[:warm_n])
         _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
         b, rows, batches, drv, exe = connector(spark, host, sub_b, len(bodies), options, cpu)
+        spark_jvm, emulator_jvm = cpu.last_jvms
         cpu.stop()
         spark.stop()
 
@@ -319,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
           f"cold query's runner {cold_drv:.2f} s)")
     print(f"executor CPU per message: {exe / max(1, rows) * 1e6:.1f} us  (Python workers {exe:.2f} s over the warm "
           f"query; cold query {cold_exe:.2f} s, {cold_exe / max(1, cold_rows) * 1e6:.1f} us per message)")
+    print(f"    other CPU over the warm query: Spark JVM {spark_jvm:.2f} s, emulator {emulator_jvm:.2f} s "
+          f"(wall {b:.2f} s on {os.cpu_count()} cores shared with whatever else runs)")
     print(f"ratio (b)/(a) warm = {rate_b / rate_a:.2f}, cold = {rate_cold / rate_a:.2f}  (goal >= 0.8)")
     if rows != len(bodies) or cold_rows != len(bodies):
         print(f"WARNING: connector produced {rows}/{cold_rows} rows for {len(bodies)} messages")
