@@ -31,7 +31,11 @@ def test_acknowledgements_that_never_land(spark, emulator_host, make_subscriptio
 
     def cut_when_done(batch_id: int, got: list[str]) -> None:
         if set(ids) <= set(sink.ids()) | set(got):
-            proxy.cut()  # the last batch is in the sink: its acknowledgement will not get through
+            # The last batch is in the sink. Let the source's Pulls see the drained subscription
+            # first (an empty answer comes ~1 s into a 2 s Pull): cut earlier and the run can't
+            # prove the backlog read, which is the other scenario (it fails after 120 s, clearly).
+            time.sleep(4)
+            proxy.cut()  # the last batch's acknowledgement will not get through
 
     sink = BatchFileSink(tmp_path / "sink", before=cut_when_done)
 
