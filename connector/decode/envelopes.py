@@ -543,15 +543,19 @@ def _is_transaction(d: dict[str, bytes]) -> bool:
             and d["status"] in (b'"BEGIN"', b'"END"'))
 
 
+def _event_us(d: dict[str, bytes]) -> int | None:
+    """A Debezium event time: ``ts_us``, else ``ts_ms``; 0 (or absent) means none."""
+    us = _int_field(d, "ts_us")
+    if us is not None and us > 0:
+        return us
+    ms = _int_field(d, "ts_ms")
+    return ms * 1000 if ms is not None and ms > 0 else None
+
+
 def _transaction(d: dict[str, bytes], raw: bytes) -> Row:
     row = Row("transaction", "debezium")
     row.source = raw.decode()
-    us = _int_field(d, "ts_us")
-    ms = _int_field(d, "ts_ms")
-    if us is not None and us > 0:
-        row.commit_us = us
-    elif ms is not None and ms > 0:
-        row.commit_us = ms * 1000
+    row.commit_us = _event_us(d)
     if row.commit_us is not None and not 0 <= row.commit_us <= MAX_MICROS:
         row.commit_us = None
     return row
@@ -577,13 +581,8 @@ def _debezium(p: dict[str, bytes], raw: bytes, ctx: Context) -> Row:
     if commit_ts is not None and commit_ts >= 0:
         row.commit_us = (commit_ts >> 18) * 1000
     else:
-        us = _int_field(source, "ts_us")
-        ms = _int_field(source, "ts_ms")
-        if us is not None and us > 0:
-            row.commit_us = us
-        elif ms is not None and ms > 0:
-            row.commit_us = ms * 1000
-        elif us is None and ms is None:
+        row.commit_us = _event_us(source)
+        if row.commit_us is None and _int_field(source, "ts_us") is None and _int_field(source, "ts_ms") is None:
             ms = _int_field(p, "ts_ms")
             row.commit_us = ms * 1000 if ms is not None and ms >= 0 else None
         # else the source names its time as 0 (a snapshot read): unknown, not the processing time
