@@ -43,7 +43,7 @@ def publish_malformed(batch: "pa.RecordBatch", options: "SourceOptions") -> int:
     credentials = transport.load_credentials(**options.credential_kwargs())
     client = transport.publisher_client(options.effective_emulator_host, credentials)
     try:
-        for chunk in _requests(messages):
+        for chunk in transport.chunked(messages, _size, MAX_MESSAGES_PER_PUBLISH, MAX_BYTES_PER_PUBLISH):
             client.publish(request={"topic": options.dead_letter_topic_path, "messages": chunk},
                            timeout=PUBLISH_TIMEOUT_SECONDS)
     finally:
@@ -51,15 +51,5 @@ def publish_malformed(batch: "pa.RecordBatch", options: "SourceOptions") -> int:
     return len(messages)
 
 
-def _requests(messages: list[dict[str, Any]]):
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for m in messages:
-        n = len(m["data"]) + sum(len(k) + len(v) for k, v in m["attributes"].items())
-        if chunk and (len(chunk) >= MAX_MESSAGES_PER_PUBLISH or size + n > MAX_BYTES_PER_PUBLISH):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(m)
-        size += n
-    if chunk:
-        yield chunk
+def _size(message: dict[str, Any]) -> int:
+    return len(message["data"]) + sum(len(k) + len(v) for k, v in message["attributes"].items())

@@ -18,7 +18,9 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.auth.credentials import Credentials
@@ -122,15 +124,21 @@ def insecure_channel(host_port: str):
 
 def chunk_ack_ids(ack_ids: Sequence[str]) -> Iterator[list[str]]:
     """Split ack ids into request-sized lists (count and byte budget)."""
-    chunk: list[str] = []
-    size = 0
-    for ack_id in ack_ids:
-        n = len(ack_id)
-        if chunk and (len(chunk) >= MAX_IDS_PER_REQUEST or size + n > MAX_ID_BYTES_PER_REQUEST):
+    return chunked(ack_ids, len, MAX_IDS_PER_REQUEST, MAX_ID_BYTES_PER_REQUEST)
+
+
+def chunked(items: Iterable[T], size: Callable[[T], int], max_count: int, max_bytes: int) -> Iterator[list[T]]:
+    """Split ``items`` into request-sized lists: at most ``max_count`` items and ``max_bytes`` by
+    ``size`` each (an item larger than ``max_bytes`` goes alone)."""
+    chunk: list[T] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if chunk and (len(chunk) >= max_count or total + n > max_bytes):
             yield chunk
-            chunk, size = [], 0
-        chunk.append(ack_id)
-        size += n
+            chunk, total = [], 0
+        chunk.append(item)
+        total += n
     if chunk:
         yield chunk
 
