@@ -1,13 +1,16 @@
 """The decoder's words, defined once: envelopes, modes and the kinds of output row.
 
 The ``envelope`` and ``mode`` options, the ``crdb-pubsub tail`` command and the decoder all take
-their choices from here, so that a new envelope is accepted everywhere by one edit.
+their choices from here. The envelopes are the names the envelope families declare
+(:mod:`.envelopes.registry`), so a new envelope module is accepted everywhere with no other edit.
 """
 
 from __future__ import annotations
 
+from .envelopes.registry import NAMES
+
 # What the ``envelope`` option accepts; ``auto`` detects each body's envelope.
-ENVELOPES = ("auto", "wrapped", "bare", "key_only", "row", "enriched", "webhook", "debezium", "csv")
+ENVELOPES = ("auto", *NAMES)
 
 # What happens to a body that can't be decoded: a ``malformed`` row, dropped, or the query fails.
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")

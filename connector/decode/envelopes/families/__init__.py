@@ -1,0 +1,1 @@
+"""One module per envelope family, each defining ``FAMILY`` (see :mod:`..registry`)."""
