@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from .options import SourceOptions, parse_options
+from .options import SourceOptions, option_table, parse_options
 
 try:  # Spark 4.2+
     from pyspark.sql.streaming.datasource import (
@@ -95,6 +95,13 @@ class CrdbPubSubDataSource(DataSource):
             "crdb_pubsub is a streaming source: use spark.readStream.format('crdb_pubsub'), "
             "with .trigger(availableNow=True) for a one-off drain of the backlog"
         )
+
+
+CrdbPubSubDataSource.__doc__ = f"""{CrdbPubSubDataSource.__doc__.rstrip()}
+
+    Options (case-insensitive; validated when ``load()`` runs):
+
+{option_table()}"""
 
 
 class _RedactedOptions(dict):

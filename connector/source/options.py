@@ -46,32 +46,81 @@ class SourceOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True)
 
-    subscription: str = Field(description="Subscription path(s) or id(s), comma-separated.")
-    projectId: str | None = None
-    topic: str | None = None
-    # Pub/Sub's subscription filter, for subscriptions created on ``topic`` (filters are immutable).
-    filter: str | None = None
-    # Where bodies that can't be decoded are published (projects/P/topics/T or an id with projectId).
-    deadLetterTopic: str | None = None
-    emulatorHost: str | None = None
-    # A regional or Private Service Connect endpoint (TLS, with credentials), e.g.
-    # us-east1-pubsub.googleapis.com:443; emulatorHost stays the plaintext path.
-    endpoint: str | None = None
-    credentialsFile: SecretStr | None = None
-    credentialsJson: SecretStr | None = None
-    envelope: Literal[ENVELOPES] = "auto"  # type: ignore[valid-type]
-    mode: Literal[MODES] = "PERMISSIVE"  # type: ignore[valid-type]
-    rowSchema: str | None = None
-    includeRaw: bool = False
-    includeResolved: bool = True
-    maxMessagesPerTrigger: int | None = Field(default=None, ge=1, le=10_000_000)
-    maxBytesPerTrigger: int | None = Field(default=None, ge=1024, le=1 << 40)
-    numPartitions: int | None = Field(default=None, ge=1, le=10_000)
-    maxOutstandingMessages: int = Field(default=50_000, ge=1, le=10_000_000)
-    maxOutstandingBytes: int = Field(default=256 * 1024 * 1024, ge=64 * 1024, le=1 << 40)
-    ackDeadlineSeconds: int = Field(default=60, ge=EMULATOR_MIN_ACK_DEADLINE, le=MAX_ACK_DEADLINE)
-    maxLeaseDurationSeconds: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
-    stateDir: str | None = None
+    # Each option's row in the README's table (and in the DataSource's docstring) is generated from
+    # its Field: ``description`` is the meaning, ``shown_default`` the default as a reader wants it;
+    # ``decode_as`` names the ``decode_messages`` argument the option is passed as.
+    subscription: str = Field(
+        description="`projects/P/subscriptions/S`, or an id with `projectId`; a comma-separated list reads several "
+        "subscriptions in one query",
+        json_schema_extra={"shown_default": "required"})
+    projectId: str | None = Field(None, description="project for bare subscription/topic ids")
+    topic: str | None = Field(
+        None, description="create the subscription on this topic if it does not exist (one topic per subscription "
+        "in a list)")
+    filter: str | None = Field(
+        None, description="Pub/Sub's subscription filter for a subscription the source creates on `topic` (filters "
+        "are immutable: an existing subscription with another filter is refused). For a `topic_name=` changefeed "
+        "(every table on one topic, `with_table_name_attribute=true`), one table plus the resolved messages, which "
+        "carry no attributes: `attributes.TABLE_NAME = \"users\" OR NOT attributes:TABLE_NAME`. The emulator stores "
+        "filters but does not apply them.")
+    deadLetterTopic: str | None = Field(
+        None, description="topic (`projects/P/topics/T`, or an id with `projectId`) where bodies that can't be "
+        "decoded are published, unchanged, with attributes `crdb_pubsub_error`, `crdb_pubsub_subscription` (the "
+        "query's subscriptions) and `crdb_pubsub_message_id`. The executors publish them before their batch can "
+        "commit, so a message is acknowledged only after the publish was confirmed and its batch committed; a "
+        "retried task may publish a body again (tell copies apart by `crdb_pubsub_message_id`). In `PERMISSIVE` "
+        "they also stay `malformed` rows, in `DROPMALFORMED` they don't; not with `FAILFAST`.")
+    emulatorHost: str | None = Field(
+        None, description="`host:port` of a Pub/Sub emulator (plaintext, no credentials)",
+        json_schema_extra={"shown_default": "`PUBSUB_EMULATOR_HOST`"})
+    endpoint: str | None = Field(
+        None, description="`host:port` of a regional or Private Service Connect endpoint (TLS, with credentials), "
+        "e.g. `us-east1-pubsub.googleapis.com:443`; not with `emulatorHost`",
+        json_schema_extra={"shown_default": "the global endpoint"})
+    credentialsFile: SecretStr | None = Field(
+        None, description="a service-account (or other google-auth) key file; readable where the reader runs",
+        json_schema_extra={"shown_default": "Application Default Credentials"})
+    credentialsJson: SecretStr | None = Field(
+        None, description="the JSON content of such a key; not with `credentialsFile`",
+        json_schema_extra={"shown_default": "Application Default Credentials"})
+    envelope: Literal[ENVELOPES] = Field(  # type: ignore[valid-type]
+        "auto", description="force one envelope: " + ", ".join(f"`{e}`" for e in ENVELOPES),
+        json_schema_extra={"decode_as": "envelope"})
+    mode: Literal[MODES] = Field(  # type: ignore[valid-type]
+        "PERMISSIVE", description="`PERMISSIVE` (bad messages become `kind=malformed` rows), `DROPMALFORMED` "
+        "(dropped and counted), `FAILFAST` (the batch fails naming the message id)",
+        json_schema_extra={"decode_as": "mode"})
+    rowSchema: str | None = Field(
+        None, description="Spark DDL (`\"id STRING, price DECIMAL(10,2), qty BIGINT\"`): `before`/`after` become "
+        "typed structs; exact decimals and BIGINTs; values that don't fit make the row malformed",
+        json_schema_extra={"decode_as": "row_schema"})
+    includeRaw: bool = Field(
+        False, description="keep the raw body in `data` on every row (always kept on malformed rows)",
+        json_schema_extra={"decode_as": "include_raw"})
+    includeResolved: bool = Field(True, description="emit `resolved`/`watermark` rows")
+    maxMessagesPerTrigger: int | None = Field(
+        None, ge=1, le=10_000_000, description="at most this many messages per micro-batch",
+        json_schema_extra={"shown_default": "unlimited"})
+    maxBytesPerTrigger: int | None = Field(
+        None, ge=1024, le=1 << 40, description="at most this many body bytes per micro-batch (`64MB`, `1GiB` "
+        "accepted)", json_schema_extra={"shown_default": "unlimited"})
+    numPartitions: int | None = Field(
+        None, ge=1, le=10_000, description="Spark partitions (executor tasks) per micro-batch",
+        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8"})
+    maxOutstandingMessages: int = Field(
+        50_000, ge=1, le=10_000_000, description="flow control: messages held (buffered or in an unacknowledged "
+        "batch); pulling pauses at the bound")
+    maxOutstandingBytes: int = Field(
+        256 * 1024 * 1024, ge=64 * 1024, le=1 << 40, description="the same bound in body bytes",
+        json_schema_extra={"shown_default": "256 MiB"})
+    ackDeadlineSeconds: int = Field(
+        60, ge=EMULATOR_MIN_ACK_DEADLINE, le=MAX_ACK_DEADLINE, description="lease length requested for held "
+        "messages (10-600; 1-600 against the emulator)")
+    maxLeaseDurationSeconds: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="stop extending a message's lease after this long (it is then "
+        "redelivered)")
+    stateDir: str | None = Field(
+        None, description="local directory for exactly-once replay (see Guarantees); one per query")
 
     # ---- field-level checks -------------------------------------------------------------------
 
@@ -244,14 +293,11 @@ class SourceOptions(BaseModel):
         }
 
     def decoder_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments ``decode_messages`` takes from these options."""
-        return {
-            "envelope": self.envelope,
-            # With a dead-letter topic the source sees malformed rows itself (and drops them after).
-            "mode": "PERMISSIVE" if self.deadLetterTopic else self.mode,
-            "row_schema": self.rowSchema,
-            "include_raw": self.includeRaw,
-        }
+        """The keyword arguments ``decode_messages`` takes from these options (their ``decode_as``)."""
+        out = {extra["decode_as"]: getattr(self, name) for name, extra in _extras() if "decode_as" in extra}
+        if self.deadLetterTopic:
+            out["mode"] = "PERMISSIVE"  # with a dead-letter topic the source sees malformed rows itself
+        return out
 
     def __repr__(self) -> str:  # SecretStr already masks; keep the repr short and explicit
         shown = {k: v for k, v in self.model_dump().items() if v is not None}
@@ -264,6 +310,30 @@ class SourceOptions(BaseModel):
 
 
 _CANONICAL = {name.lower(): name for name in SourceOptions.model_fields}
+
+
+def _extras() -> list[tuple[str, dict[str, Any]]]:
+    return [(name, dict(field.json_schema_extra or {})) for name, field in SourceOptions.model_fields.items()]
+
+
+def option_table() -> str:
+    """The options as a Markdown table (option, default, meaning), generated from the model: the
+    README's option table and the DataSource's docstring are this text."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for name, field in SourceOptions.model_fields.items():
+        extra = dict(field.json_schema_extra or {})
+        if "shown_default" in extra:
+            default = extra["shown_default"]
+        elif field.default is None:
+            default = ""
+        elif isinstance(field.default, bool):
+            default = f"`{str(field.default).lower()}`"
+        elif isinstance(field.default, int):
+            default = f"{field.default:,}"
+        else:
+            default = f"`{field.default}`"
+        rows.append(f"| `{name}` | {default} | {field.description} |")
+    return "\n".join(rows) + "\n"
 
 
 def _accepted(name: str) -> str:
