@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from . import reaper
+from .reaper import group_alive as _group_alive, terminate_group
+
 logger = logging.getLogger("crdb_pubsub.emulator")
 
 Backend = Literal["auto", "env", "sdk", "docker"]
@@ -71,7 +74,7 @@ INSTALL_HINT = (
 )
 
 READY_MARKER = "Server started, listening on"
-_GRACE_SECONDS = 5.0
+_GRACE_SECONDS = reaper.GRACE_SECONDS
 
 
 class EmulatorUnavailable(RuntimeError):
@@ -224,58 +227,6 @@ def _port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _group_alive(pgid: int) -> bool:
-    """True while a non-zombie process is in the group (zombies are dead: their reaper may be slow)."""
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # Fields after the ")" closing comm: state ppid pgrp ...
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def terminate_group(pgid: int, grace: float = _GRACE_SECONDS, reap: subprocess.Popen | None = None) -> None:
-    """SIGTERM the whole process group, SIGKILL whatever is left after ``grace`` seconds.
-
-    ``reap`` is our own child (if any): it is waited for so it does not linger as a zombie.
-    Returns once no live process remains in the group (or after a further 5 s of SIGKILL).
-    """
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        end = time.monotonic() + wait
-        while time.monotonic() < end:
-            if reap is not None:
-                reap.poll()
-            if not _group_alive(pgid):
-                if reap is not None:
-                    try:
-                        reap.wait(timeout=1)
-                    except subprocess.TimeoutExpired:
-                        pass
-                return
-            time.sleep(0.05)
-    if reap is not None:
-        reap.poll()
-
-
 def _pdeathsig_preexec() -> Any:
     """Build a ``preexec_fn`` that makes the child get SIGTERM when its parent dies (Linux only).
 
@@ -301,58 +252,11 @@ def _pdeathsig_preexec() -> Any:
     return preexec
 
 
-# The watchdog outlives an abrupt death of the launching process (SIGKILL, OOM) and then cleans
-# up the whole group, including grandchildren that PR_SET_PDEATHSIG would not reach (e.g. the
-# JVM under `gcloud beta emulators pubsub start`). It learns of the death by EOF on a pipe whose
-# only write end the launcher holds; the byte b"d" means "stopped normally, stand down".
-_WATCHDOG = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-pgid, grace = int(sys.argv[1]), float(sys.argv[2])
-try:
-    data = os.read(0, 1)
-except OSError:
-    data = b""
-if data == b"d":
-    sys.exit(0)
-def alive():
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        for e in os.listdir("/proc"):
-            if e.isdigit():
-                try:
-                    s = open("/proc/%s/stat" % e).read()
-                except OSError:
-                    continue
-                f = s[s.rfind(")") + 2:].split()
-                if int(f[2]) == pgid and f[0] not in ("Z", "X"):
-                    return True
-        return False
-    except OSError:
-        return True
-for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        break
-    end = time.monotonic() + wait
-    while time.monotonic() < end and alive():
-        time.sleep(0.1)
-    if not alive():
-        break
-"""
-
-
 def _start_watchdog(pgid: int) -> tuple[subprocess.Popen, int]:
     r, w = os.pipe()  # non-inheritable by default: no other subprocess gets the write end
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid), str(_GRACE_SECONDS)],
+            [sys.executable, "-I", "-S", reaper.__file__, str(pgid), str(_GRACE_SECONDS)],
             stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # a terminal Ctrl-C must not take the watchdog down first
         )
