@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .reduce import TableBatch, after_layouts, source_table, split_by_table
 from .schemas import (
     BATCH, DELETED, META_COLUMNS, META_PREFIX, SchemaChangeError, as_struct, infer_type,
-    struct_of_arrow,
+    plain_arrow_type, struct_of_arrow,
 )
 from .sql import merge_clauses, quote_datafusion
 
@@ -264,20 +264,4 @@ def read_state(state_dir: str, table: str, *, include_deleted: bool = False, wit
     # QueryBuilder (DataFusion inside delta-rs): pyarrow's dataset reader over delta-rs's file
     # system aborts the interpreter at exit in deltalake 1.x.
     out = pa.table(QueryBuilder().register("state", dt).execute(sql).read_all())
-    return out.cast(pa.schema([_plain(f) for f in out.schema]))
-
-
-def _plain(field: "pa.Field") -> "pa.Field":
-    """string_view/large types (DataFusion's) as the plain ones Spark and pandas expect."""
-    import pyarrow as pa
-
-    t = field.type
-    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
-        t = pa.string()
-    elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
-        t = pa.binary()
-    elif pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        t = pa.list_(_plain(t.value_field).type)
-    elif pa.types.is_list(t):
-        t = pa.list_(_plain(t.value_field).type)
-    return pa.field(field.name, t, field.nullable)
+    return out.cast(pa.schema([pa.field(f.name, plain_arrow_type(f.type), f.nullable) for f in out.schema]))

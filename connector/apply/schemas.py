@@ -98,6 +98,20 @@ def arrow_schema_of(struct: "StructType") -> "pa.Schema":
     return spark_to_arrow(struct)
 
 
+def plain_arrow_type(t: "pa.DataType") -> "pa.DataType":
+    """string_view/large types (delta-rs and DataFusion hand them back) as the plain ones Spark's
+    type mapping and pandas know."""
+    import pyarrow as pa
+
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_list(t):
+        return pa.list_(plain_arrow_type(t.value_type))
+    return t
+
+
 def struct_of_arrow(schema: "pa.Schema") -> "StructType":
     """The Spark schema of a Delta table's user columns (its Arrow schema minus the bookkeeping)."""
     import pyarrow as pa
@@ -108,16 +122,7 @@ def struct_of_arrow(schema: "pa.Schema") -> "StructType":
     for f in schema:
         if f.name.startswith(META_PREFIX):
             continue
-        t = f.type
-        # delta-rs hands back large/view string types; Spark's mapping knows the plain ones.
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            t = pa.string()
-        elif pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-            t = pa.binary()
-        elif pa.types.is_large_list(t) or pa.types.is_list_view(t):
-            t = pa.list_(t.value_type)
-        if pa.types.is_list(t) and (pa.types.is_large_string(t.value_type) or pa.types.is_string_view(t.value_type)):
-            t = pa.list_(pa.string())
+        t = plain_arrow_type(f.type)
         fields.append(StructField(f.name, from_arrow_type(t), True))
     return StructType(fields)
 
