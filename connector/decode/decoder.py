@@ -22,6 +22,8 @@ Two paths, one result:
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as _dt
 import functools
 import itertools
@@ -562,21 +564,18 @@ def _learn_keys(raw: Any, wrapper: bool) -> tuple[str, ...] | None:
     return tuple(obj)
 
 
+@dataclasses.dataclass(slots=True)
 class _Matched:
     """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic,
     and the raw-text columns already built while proving them (by key; "" is the wrapper Key)."""
 
-    __slots__ = ("idx", "keys", "values", "key", "topic", "arrays", "after")
-
-    def __init__(self, idx: np.ndarray, keys: tuple[str, ...], values: dict[str, list], key: list | None,
-                 topic: list | None, arrays: dict[str, pa.Array], after: pa.Array | None = None) -> None:  # fmt: skip
-        self.idx = idx
-        self.keys = keys
-        self.values = values
-        self.key = key
-        self.topic = topic
-        self.arrays = arrays
-        self.after = after  # bare rows already cut (see _bare_quick)
+    idx: np.ndarray
+    keys: tuple[str, ...]
+    values: dict[str, list]
+    key: list | None
+    topic: list | None
+    arrays: dict[str, pa.Array]
+    after: pa.Array | None = None  # bare rows already cut (see _bare_quick)
 
     def col(self, name: str, m: int) -> "_Col":
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
@@ -1086,6 +1085,32 @@ def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Arra
     return ~bad, cols
 
 
+def _row_columns(m: int, envelope: str, src: "_Col", src_obj: np.ndarray, *, op: pa.Array, before: pa.Array,
+                 after: pa.Array, table: pa.Array, commit: pa.Array, topic: pa.Array | None = None,
+                 key: pa.Array | None = None, updated: pa.Array | None = None,
+                 mvcc: pa.Array | None = None) -> dict[str, pa.Array]:
+    """The columns of ``m`` change rows of one envelope; ``source`` is the block's text where it is
+    an object (null where absent or JSON null), what the envelope lacks is null."""
+    source = src.arr
+    if src.present.any() and not src_obj.all():
+        source = pc.if_else(pa.array(src_obj), source, _NULL_STR)
+    none = pa.nulls(m, pa.string())
+    return {
+        "kind": _const("row", m),
+        "envelope": _const(envelope, m),
+        "topic": none if topic is None else topic,
+        "table_name": table,
+        "key": none if key is None else key,
+        "op": op,
+        "before": before,
+        "after": after,
+        "updated": none if updated is None else updated,
+        "mvcc_timestamp": none if mvcc is None else mvcc,
+        "commit_time": commit,
+        "source": source,
+    }
+
+
 def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(g.idx)
     value = {k: g.col(k, m) for k in _ENRICHED_FAST}
@@ -1128,23 +1153,8 @@ def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     table = pc.if_else(pc.equal(table, ""), _NULL_STR, table)
     topic = pa.array(g.topic, pa.string())
     table = pc.coalesce(table, _table_names(topic))
-    source = src.arr
-    if src.present.any() and not src_obj.all():
-        source = pc.if_else(pa.array(src_obj), source, _NULL_STR)
-    cols = {
-        "kind": _const("row", m),
-        "envelope": _const("enriched", m),
-        "topic": topic,
-        "table_name": table,
-        "key": key.arr,
-        "op": op.unquoted(),
-        "before": before,
-        "after": after,
-        "updated": updated,
-        "mvcc_timestamp": mvcc,
-        "commit_time": commit,
-        "source": source,
-    }
+    cols = _row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
+                        commit=commit, topic=topic, key=key.arr, updated=updated, mvcc=mvcc)
     return ~bad, cols
 
 
@@ -1197,23 +1207,8 @@ def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.
     micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
     known |= use_top & top_fits
     bad |= _body_utf8_bad(bodies)
-    source = src.arr
-    if src.present.any() and not src_obj.all():
-        source = pc.if_else(pa.array(src_obj), source, _NULL_STR)
-    cols = {
-        "kind": _const("row", m),
-        "envelope": _const("debezium", m),
-        "topic": pa.nulls(m, pa.string()),
-        "table_name": table,
-        "key": pa.nulls(m, pa.string()),
-        "op": op.unquoted(),
-        "before": before,
-        "after": after,
-        "updated": pa.nulls(m, pa.string()),
-        "mvcc_timestamp": pa.nulls(m, pa.string()),
-        "commit_time": _micros_array(micros, known),
-        "source": source,
-    }
+    cols = _row_columns(m, "debezium", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
+                        commit=_micros_array(micros, known))
     return ~bad, cols
 
 
