@@ -57,9 +57,9 @@ def ddl_from_crdb_types(columns: Mapping[str, str]) -> str:
     JSONB, UUID, INTERVAL, TIME, INET, ENUM... become STRING (JSONB keeps its exact JSON text);
     TIMESTAMP and TIMESTAMPTZ become TIMESTAMP (UTC). Raises ``ValueError`` for unknown types.
     """
-    from ..decode.ddl import _quote
+    from ..decode.ddl import quote_identifier
 
-    return ", ".join(f"{_quote(name)} {_spark_type(sql.strip().upper(), name)}" for name, sql in columns.items())
+    return ", ".join(f"{quote_identifier(name)} {_spark_type(sql.strip().upper(), name)}" for name, sql in columns.items())
 
 
 def _spark_type(sql: str, name: str) -> str:

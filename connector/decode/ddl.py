@@ -226,21 +226,21 @@ def parse_ddl(ddl: str) -> StructType:
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _quote(name: str) -> str:
+def quote_identifier(name: str) -> str:
     return name if _PLAIN_NAME.match(name) else "`" + name.replace("`", "``") + "`"
 
 
 def to_ddl(schema: StructType) -> str:
     """Render a ``StructType`` as a DDL column list that :func:`parse_ddl` reads back."""
     return ", ".join(
-        f"{_quote(f.name)} {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in schema.fields
+        f"{quote_identifier(f.name)} {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in schema.fields
     )
 
 
 def _type_ddl(dtype: DataType) -> str:
     if isinstance(dtype, StructType):
         return "STRUCT<" + ", ".join(
-            f"{_quote(f.name)}: {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in dtype.fields
+            f"{quote_identifier(f.name)}: {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in dtype.fields
         ) + ">"
     if isinstance(dtype, ArrayType):
         return f"ARRAY<{_type_ddl(dtype.elementType)}>"

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from msgspec import UNSET, Raw, UnsetType
 
 from .envelopes import Bad, Context, Row, decode_body, table_from_topic
+from .inference import schema_from_enriched
 from .hlc import HLC_QUOTED, HLC_TEXT, MAX_MICROS
 from .schema import COLUMN_NAMES, arrow_schema
 from .vocabulary import ENVELOPES, MODES
@@ -297,6 +298,68 @@ def _optional_lengths(values: list, fixed: int) -> tuple[np.ndarray | int, np.nd
     return lengths, present
 
 
+def _before_column(raws: list, m: int) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``before`` images of canonical wrapped bodies: (column, null mask, which bodies had
+    the field at all, which are not canonical)."""
+    bad = np.zeros(m, dtype=bool)
+    _, before_present = _optional_lengths(raws, 0)
+    before_all = before_present is None
+    if not (before_all or before_present.any()):
+        return pa.nulls(m, pa.string()), np.ones(m, dtype=bool), np.zeros(m, dtype=bool), bad
+    if not before_all:
+        raws = [b if b is not UNSET else b"null" for b in raws]
+    before_arr, before_off, before_data = _raw_column(raws)
+    before_first = _first_bytes(before_off, before_data)
+    before_null = before_first == _NULL_START
+    bad |= ~((before_first == _OBJ_START) | before_null)
+    utf8 = _utf8_bad(before_arr, raws)
+    if utf8 is not None:
+        bad |= utf8
+    if not before_all:
+        before_null |= ~before_present
+    before_arr = pa.StringArray.from_buffers(
+        m, before_arr.buffers()[1], before_arr.buffers()[2],
+        pa.py_buffer(np.packbits(~before_null, bitorder="little")),
+    )  # fmt: skip
+    had_before = np.ones(m, dtype=bool) if before_all else before_present
+    return before_arr, before_null, had_before, bad
+
+
+def _wrapped_columns(m: int, topics: list, key_arr: pa.Array, after_arr: pa.Array, after_null: np.ndarray,
+                     before_arr: pa.Array, before_null: np.ndarray, had_before: np.ndarray,
+                     hlc: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """The output columns of ``m`` canonical wrapped bodies, from their proven raw columns."""
+    # op: after null -> d; with before: before null -> c else u; an upsert without before -> u.
+    op_code = np.where(after_null, 2, np.where(had_before & before_null, 0, 1)).astype(np.int8)
+    op = pa.array(["c", "u", "d"], pa.string()).take(pa.array(op_code))
+    after_arr = pa.StringArray.from_buffers(
+        m, after_arr.buffers()[1], after_arr.buffers()[2], pa.py_buffer(np.packbits(~after_null, bitorder="little"))
+    )
+    topic = pa.array(topics, pa.string())
+    encoded = pc.dictionary_encode(topic)
+    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
+    table_name = tables.take(encoded.indices)
+    commit = _hlc_micros(pc.fill_null(hlc["updated"], "0.0000000000"))
+    commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
+    if hlc["mvcc_timestamp"].null_count < m:
+        mvcc_commit = _hlc_micros(pc.fill_null(hlc["mvcc_timestamp"], "0.0000000000"))
+        mvcc_commit = pc.if_else(pc.is_null(hlc["mvcc_timestamp"]), pa.scalar(None, commit.type), mvcc_commit)
+        commit = pc.coalesce(commit, mvcc_commit)
+    return {
+        "kind": _const("row", m),
+        "envelope": _const("wrapped", m),
+        "topic": topic,
+        "table_name": table_name,
+        "key": key_arr,
+        "op": op,
+        "before": before_arr,
+        "after": after_arr,
+        "updated": hlc["updated"],
+        "mvcc_timestamp": hlc["mvcc_timestamp"],
+        "commit_time": commit,
+    }
+
+
 def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
     n = len(bodies)
@@ -349,28 +412,8 @@ def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             utf8 = _utf8_bad(arr, raws)
             if utf8 is not None:
                 bad |= utf8
-        _, before_present = _optional_lengths(cols["before"], 0)
-        before_all = before_present is None
-        if before_all or before_present.any():
-            raws = [b if b is not UNSET else b"null" for b in cols["before"]] if not before_all else cols["before"]
-            before_arr, before_off, before_data = _raw_column(raws)
-            before_first = _first_bytes(before_off, before_data)
-            before_null = before_first == _NULL_START
-            bad |= ~((before_first == _OBJ_START) | before_null)
-            utf8 = _utf8_bad(before_arr, raws)
-            if utf8 is not None:
-                bad |= utf8
-            if not before_all:
-                before_null |= ~before_present
-            before_arr = pa.StringArray.from_buffers(
-                m, before_arr.buffers()[1], before_arr.buffers()[2],
-                pa.py_buffer(np.packbits(~before_null, bitorder="little")),
-            )  # fmt: skip
-            had_before = np.ones(m, dtype=bool) if before_all else before_present
-        else:
-            before_null = np.ones(m, dtype=bool)
-            before_arr = pa.nulls(m, pa.string())
-            had_before = np.zeros(m, dtype=bool)
+        before_arr, before_null, had_before, before_bad = _before_column(cols["before"], m)
+        bad |= before_bad
         hlc: dict[str, pa.Array] = {}
         for name in ("updated", "mvcc_timestamp"):
             vals = cols[name]
@@ -386,36 +429,8 @@ def _fast_path(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             break
         good = ~bad
 
-    # op: after null -> d; with before: before null -> c else u; an upsert without before -> u.
-    op_code = np.where(after_null, 2, np.where(had_before & before_null, 0, 1)).astype(np.int8)
-    op = pa.array(["c", "u", "d"], pa.string()).take(pa.array(op_code))
-    after_arr = pa.StringArray.from_buffers(
-        m, after_arr.buffers()[1], after_arr.buffers()[2], pa.py_buffer(np.packbits(~after_null, bitorder="little"))
-    )
-    topic = pa.array(cols["topic"], pa.string())
-    encoded = pc.dictionary_encode(topic)
-    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
-    table_name = tables.take(encoded.indices)
-    commit = _hlc_micros(pc.fill_null(hlc["updated"], "0.0000000000"))
-    commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
-    if hlc["mvcc_timestamp"].null_count < m:
-        mvcc_commit = _hlc_micros(pc.fill_null(hlc["mvcc_timestamp"], "0.0000000000"))
-        mvcc_commit = pc.if_else(pc.is_null(hlc["mvcc_timestamp"]), pa.scalar(None, commit.type), mvcc_commit)
-        commit = pc.coalesce(commit, mvcc_commit)
-    out = {
-        "kind": _const("row", m),
-        "envelope": _const("wrapped", m),
-        "topic": topic,
-        "table_name": table_name,
-        "key": key_arr,
-        "op": op,
-        "before": before_arr,
-        "after": after_arr,
-        "updated": hlc["updated"],
-        "mvcc_timestamp": hlc["mvcc_timestamp"],
-        "commit_time": commit,
-    }
-    return idx, out
+    return idx, _wrapped_columns(m, cols["topic"], key_arr, after_arr, after_null, before_arr, before_null,
+                                 had_before, hlc)
 
 
 # -- learned layouts: bare, enriched and Debezium bodies -----------------------------------------
@@ -1431,6 +1446,76 @@ def _typed_parts(parts: list, struct: Any, schema: pa.Schema) -> list:
 # -- the public function ---------------------------------------------------------------------------
 
 
+def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, typed: bool, schema: pa.Schema,
+                  mode: str, message_ids: Sequence[str] | None,
+                  parts: list) -> tuple[list[Row], list[str | None], list[tuple[int, str]]]:
+    """The general path over every message the fast paths did not take; appends its rows (and
+    the malformed rows, by mode) to ``parts``. Returns the rows, their errors and the malformed."""
+    results: list[tuple[int, list[Row] | None, str | None]] = []
+    for i in slow_indices:
+        try:
+            results.append((i, decode_body(body_list[i], ctx), None))
+        except Bad as exc:
+            results.append((i, None, str(exc)))
+    if typed and results:
+        good_rows = [r for _, rows, _ in results if rows for r in rows]
+        if _typed_bad(good_rows, schema):
+            fixed = []
+            for i, rows, err in results:
+                if rows:
+                    reason = _typed_bad(rows, schema)
+                    if reason:
+                        rows, err = None, f"row does not convert to the row schema ({reason})"
+                fixed.append((i, rows, err))
+            results = fixed
+
+    malformed = [(i, err) for i, rows, err in results if rows is None]
+    if malformed and mode == "FAILFAST":
+        i, err = malformed[0]
+        raise MalformedMessageError(message_ids[i] if message_ids is not None else None, i, err)
+
+    slow_rows: list[Row] = []
+    slow_msg: list[int] = []
+    slow_err: list[str | None] = []
+    for i, rows, err in results:
+        if rows is None:
+            if mode == "DROPMALFORMED":
+                continue
+            bad = Row("malformed", ctx.envelope if ctx.envelope != "auto" else None)  # type: ignore[arg-type]
+            slow_rows.append(bad)
+            slow_msg.append(i)
+            slow_err.append(err)
+        else:
+            for row in rows:
+                slow_rows.append(row)
+                slow_msg.append(i)
+                slow_err.append(None)
+
+    if slow_rows:
+        cols = _rows_columns(slow_rows, schema, typed)
+        cols["error"] = pa.array(slow_err, pa.string())
+        parts.append((np.array(slow_msg, dtype=np.int64), cols))
+    return slow_rows, slow_err, malformed
+
+
+def _assemble(parts: list, schema: pa.Schema) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """The parts' columns as one set, rows in message order; and each row's message index."""
+    row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    columns: dict[str, pa.Array] = {}
+    for name in ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated",
+                 "mvcc_timestamp", "commit_time", "resolved", "source", "error"):  # fmt: skip
+        field_type = schema.field(name).type
+        chunks = [p[1][name] for p in parts]
+        columns[name] = pa.concat_arrays(chunks) if chunks else pa.array([], field_type)
+    # Rows come out in message order: the two paths' rows are interleaved back with a stable sort.
+    if len(parts) > 1:
+        order = np.argsort(row_msg, kind="stable")
+        row_msg = row_msg[order]
+        taker = pa.array(order)
+        columns = {k: v.take(taker) for k, v in columns.items()}
+    return row_msg, columns
+
+
 def decode_messages(
     bodies: Sequence[bytes],
     *,
@@ -1516,68 +1601,10 @@ def decode_messages(
             handled[idx] = True
         slow_indices = np.flatnonzero(~handled).tolist()
 
-    # General path: every message the fast path did not take.
-    results: list[tuple[int, list[Row] | None, str | None]] = []
-    for i in slow_indices:
-        try:
-            results.append((i, decode_body(body_list[i], ctx), None))
-        except Bad as exc:
-            results.append((i, None, str(exc)))
-    if typed and results:
-        good_rows = [r for _, rows, _ in results if rows for r in rows]
-        if _typed_bad(good_rows, schema):
-            fixed = []
-            for i, rows, err in results:
-                if rows:
-                    reason = _typed_bad(rows, schema)
-                    if reason:
-                        rows, err = None, f"row does not convert to the row schema ({reason})"
-                fixed.append((i, rows, err))
-            results = fixed
-
-    malformed = [(i, err) for i, rows, err in results if rows is None]
-    if malformed and mode == "FAILFAST":
-        i, err = malformed[0]
-        raise MalformedMessageError(message_ids[i] if message_ids is not None else None, i, err)
-
-    slow_rows: list[Row] = []
-    slow_msg: list[int] = []
-    slow_err: list[str | None] = []
-    for i, rows, err in results:
-        if rows is None:
-            if mode == "DROPMALFORMED":
-                continue
-            bad = Row("malformed", envelope if envelope != "auto" else None)  # type: ignore[arg-type]
-            slow_rows.append(bad)
-            slow_msg.append(i)
-            slow_err.append(err)
-        else:
-            for row in rows:
-                slow_rows.append(row)
-                slow_msg.append(i)
-                slow_err.append(None)
-
-    if slow_rows:
-        cols = _rows_columns(slow_rows, schema, typed)
-        cols["error"] = pa.array(slow_err, pa.string())
-        parts.append((np.array(slow_msg, dtype=np.int64), cols))
-
-    row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    slow_rows, slow_err, malformed = _general_part(body_list, slow_indices, ctx, typed, schema, mode, message_ids,
+                                                   parts)
+    row_msg, columns = _assemble(parts, schema)
     row_count = len(row_msg)
-    columns: dict[str, pa.Array] = {}
-    for name in ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated",
-                 "mvcc_timestamp", "commit_time", "resolved", "source", "error"):  # fmt: skip
-        field_type = schema.field(name).type
-        chunks = [p[1][name] for p in parts]
-        columns[name] = pa.concat_arrays(chunks) if chunks else pa.array([], field_type)
-
-    # Rows come out in message order: the two paths' rows are interleaved back with a stable sort.
-    order = None
-    if len(parts) > 1:
-        order = np.argsort(row_msg, kind="stable")
-        row_msg = row_msg[order]
-        taker = pa.array(order)
-        columns = {k: v.take(taker) for k, v in columns.items()}
 
     meta = _metadata(n, message_ids, publish_times, attributes, ordering_keys)
     identity = row_count == n and (n == 0 or (row_msg[0] == 0 and row_msg[-1] == n - 1))
@@ -1618,80 +1645,3 @@ def _tombstone_keys(columns: dict[str, pa.Array]) -> pa.Array:
     from_attr = pc.map_lookup(columns["attributes"], pa.scalar("key"), "first")
     fallback = pc.coalesce(columns["ordering_key"], from_attr)
     return pc.if_else(pc.and_(tomb, pc.is_null(columns["key"])), fallback, columns["key"])
-
-
-# -- schema_from_enriched --------------------------------------------------------------------------
-
-_CONNECT_TYPES = {
-    "int8": "TINYINT",
-    "int16": "SMALLINT",
-    "int32": "INT",
-    "int64": "BIGINT",
-    "float32": "FLOAT",
-    "float64": "DOUBLE",
-    "boolean": "BOOLEAN",
-    "string": "STRING",
-    "bytes": "BINARY",
-}
-
-
-def _connect_type(field: Mapping[str, Any], where: str) -> str:
-    from .ddl import _quote
-
-    name = field.get("name")
-    ftype = str(field.get("type", "")).lower()
-    if name == "decimal":
-        params = field.get("parameters") or {}
-        try:
-            precision, scale = int(params["precision"]), int(params.get("scale", 0))
-        except (KeyError, TypeError, ValueError):
-            # An unconstrained CockroachDB DECIMAL has no Spark type that holds every value exactly.
-            return "STRING"
-        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
-            return "STRING"
-        return f"DECIMAL({precision},{scale})"
-    if name == "timestamp":
-        return "TIMESTAMP"
-    if name == "date":
-        return "DATE"
-    if ftype == "struct":
-        inner = ", ".join(
-            f"{_quote(str(f.get('field')))}: {_connect_type(f, where)}" for f in field.get("fields") or []
-        )
-        return f"STRUCT<{inner}>"
-    if ftype == "array":
-        return f"ARRAY<{_connect_type(field.get('items') or {}, where)}>"
-    if ftype == "map":
-        return f"MAP<STRING, {_connect_type(field.get('values') or {}, where)}>"
-    # JSONB and types we do not know arrive as JSON; STRING keeps their exact text.
-    return _CONNECT_TYPES.get(ftype, "STRING")
-
-
-def schema_from_enriched(body: bytes) -> str:
-    """A row schema DDL string derived from an enriched message's own ``schema`` block.
-
-    ``body`` is an ``envelope=enriched, enriched_properties='schema'`` message (the value, or the
-    Pub/Sub v2 ``{"Key","Value","Topic"}`` body around it). The ``after`` (else ``before``) field's
-    Kafka Connect types map to Spark: int8..int64 -> TINYINT..BIGINT, float32/float64 -> FLOAT/DOUBLE,
-    ``name: decimal`` with precision/scale -> DECIMAL(p,s) (without them -> STRING), boolean, string,
-    bytes -> BINARY, ``name: timestamp`` -> TIMESTAMP, ``name: date`` -> DATE, struct, array, map.
-    Raises ValueError when the message carries no usable schema.
-    """
-    try:
-        doc = msgspec.json.decode(bytes(body))
-    except (msgspec.DecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"schema_from_enriched: the body is not valid JSON ({exc})") from None
-    if isinstance(doc, dict) and "Value" in doc and isinstance(doc["Value"], dict):
-        doc = doc["Value"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("schema"), dict):
-        raise ValueError("schema_from_enriched: the message has no `schema` block (use enriched_properties='schema')")
-    fields = doc["schema"].get("fields") or []
-    by_name = {f.get("field"): f for f in fields if isinstance(f, dict)}
-    row = by_name.get("after") or by_name.get("before")
-    if not row or not isinstance(row.get("fields"), list):
-        raise ValueError("schema_from_enriched: the schema has no `after` (or `before`) struct")
-    from .ddl import _quote, parse_ddl
-
-    ddl = ", ".join(f"{_quote(str(f.get('field')))} {_connect_type(f, 'after')}" for f in row["fields"])
-    parse_ddl(ddl)  # what we hand out must be readable by our own parser
-    return ddl

@@ -1,7 +1,7 @@
 """A deterministic CockroachDB changefeed simulator that publishes to Google Cloud Pub/Sub.
 
 It generates movr-like traffic (``users``, ``vehicles``, ``rides``) and lays every message out
-byte for byte as CockroachDB's Pub/Sub sink does (see ``shared/NOTES.md`` section 1):
+byte for byte as CockroachDB's Pub/Sub sink does:
 
 * row messages: ``{"Key":<key json>,"Value":<value json>,"Topic":"<topic>"}`` built by hand (no
   spaces in the wrapper) around CockroachDB's own JSON encoding (``", "`` / ``": "`` separators,
