@@ -1,0 +1,101 @@
+"""The stateDir ledger on its own: what a new process recovers, what it refuses, what a crash leaves."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from crdb_pubsub.source.ledger import BATCH_SCHEMA, Ledger, StateDirError
+
+SUB = "projects/p/subscriptions/orders"
+WINDOW = 600.0
+UNCONFIRMED = 7 * 24 * 3600.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def open_ledger(path, clock=None, wait=0.2) -> Ledger:
+    return Ledger(str(path), wait_seconds=wait, window_seconds=WINDOW, unconfirmed_seconds=UNCONFIRMED,
+                  wall=clock or Clock())
+
+
+def batch(ids: range) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "sub": [SUB] * n, "ack_id": [f"ack{i}" for i in ids], "data": [b"{}"] * n,
+        "message_id": [str(i) for i in ids], "publish_us": [0] * n, "attributes": pa.array([None] * n,
+        pa.map_(pa.string(), pa.string())), "ordering_key": [None] * n,
+    }, schema=BATCH_SCHEMA)
+
+
+def test_a_planned_batch_is_recovered_until_its_commit_is_recorded(tmp_path):
+    ledger = open_ledger(tmp_path)
+    ledger.claim("run-1", [SUB], fresh=True)
+    ledger.record(1, batch(range(0, 3)))
+    ledger.record(2, batch(range(3, 6)))
+    ledger.committed(1, [(SUB, str(i), f"ack{i}") for i in range(0, 3)])
+    ledger.close()
+
+    again = open_ledger(tmp_path)
+    got = again.recover()
+    assert list(got.pending) == [2]
+    assert got.pending[2].column("message_id").to_pylist() == ["3", "4", "5"]
+    # Committed but never answered by Pub/Sub: kept as unconfirmed, to be acknowledged again.
+    assert got.unconfirmed == [(SUB, [(str(i), f"ack{i}") for i in range(0, 3)])]
+
+
+def test_answered_acknowledgements_are_remembered_for_the_window_then_pruned(tmp_path):
+    clock = Clock()
+    ledger = open_ledger(tmp_path, clock)
+    ledger.claim("run-1", [SUB], fresh=True)
+    ledger.committed(1, [(SUB, "1", "a1"), (SUB, "2", "a2")])
+    ledger.answered(1, unconfirmed=[(SUB, "2", "a2")])
+    got = ledger.recover()
+    assert got.remembered == [(SUB, ["1", "2"], WINDOW)]
+    assert got.unconfirmed == [(SUB, [("2", "a2")])]
+
+    clock.now += WINDOW + 1
+    ledger.committed(2, [(SUB, "3", "a3")])
+    ledger.answered(2, unconfirmed=[])  # pruning runs on every answer
+    got = ledger.recover()
+    assert [mids for _, mids, _ in got.remembered] == [["3"]], "the confirmed ids outlived their window"
+    assert got.unconfirmed == [(SUB, [("2", "a2")])], "an unconfirmed id must outlive the confirmed window"
+
+
+def test_a_second_process_is_refused_while_the_first_holds_the_directory(tmp_path):
+    first = open_ledger(tmp_path)
+    with pytest.raises(StateDirError, match="in use by another running query"):
+        open_ledger(tmp_path, wait=0.3)
+    first.close()
+    open_ledger(tmp_path).close()
+
+
+def test_another_query_with_committed_batches_is_refused(tmp_path):
+    ledger = open_ledger(tmp_path)
+    ledger.claim("run-1", [SUB], fresh=True)
+    ledger.committed(1, [(SUB, "1", "a1")])
+    with pytest.raises(StateDirError, match="belongs to another query"):
+        ledger.claim("run-2", [SUB], fresh=True)
+    with pytest.raises(StateDirError, match="subscription"):
+        ledger.claim("run-1", ["projects/p/subscriptions/other"])
+
+
+def test_a_write_cut_short_leaves_nothing_a_replay_would_trust(tmp_path):
+    ledger = open_ledger(tmp_path)
+    ledger.claim("run-1", [SUB], fresh=True)
+    ledger.record(1, batch(range(0, 3)))
+    # A crash mid-write leaves only the temporary file (the rename never happened).
+    tmp = tmp_path / "v2" / "batches" / f"{2:020d}.arrow.tmp"
+    tmp.write_bytes(b"ARROW1\x00\x00half")
+    ledger.close()
+    got = open_ledger(tmp_path).recover()
+    assert list(got.pending) == [1]
+    assert not os.path.exists(tmp)
