@@ -1,8 +1,10 @@
 """Decoding: Pub/Sub message bodies (every CockroachDB and Debezium envelope) to Arrow columns.
 
-``decoder`` orchestrates a batch (fast paths first, the general path for the rest); ``envelopes``
-reads one body of any envelope; ``typed`` builds typed row images; ``ddl`` parses the rowSchema
-DDL; ``schema`` is the output contract (the 19 columns).
+``decoder`` orchestrates a batch: ``fast_wrapped`` and ``fast_learned`` first (bulk Arrow helpers in
+``columns``), the general path ``envelopes`` (one body of any envelope) for the rest; ``typed``
+builds typed row images; ``ddl`` parses the rowSchema DDL; ``inference`` derives one from an
+enriched message's schema; ``schema`` is the output contract (the 19 columns); ``vocabulary`` and
+``hlc`` define the words and the HLC grammar once.
 """
 
 from .decoder import ENVELOPES, MODES, DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched

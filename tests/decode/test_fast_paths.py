@@ -20,6 +20,7 @@ import pytest
 
 from crdb_pubsub import decode_messages
 from crdb_pubsub.decode import decoder as decoding
+from crdb_pubsub.decode import fast_learned
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -381,8 +382,8 @@ def test_bare_batch_variants_behind_a_canonical_first_body() -> None:
     kinds = batch.column("kind").to_pylist()
     assert kinds[0] == kinds[16] == "row"
     assert fast_count([canonical] * 4) == 4
-    assert decoding._bare_quick([canonical] * 3, decoding._accept_bare) is not None
-    quick = decoding._bare_quick(variants, decoding._accept_bare)
+    assert fast_learned._bare_quick([canonical] * 3, fast_learned._accept_bare) is not None
+    quick = fast_learned._bare_quick(variants, fast_learned._accept_bare)
     # Layout proven: canonical ones, body key order of the row, a string holding ", \"y\": ", an empty
     # __crdb__ and invalid UTF-8 (these two are then left to the general path by _bare_part's checks).
     assert quick is not None and quick.idx.tolist() == [0, 7, 8, 13, 15, 16]
