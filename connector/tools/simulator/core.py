@@ -1,0 +1,378 @@
+"""The simulator: a deterministic sequence of row changes, their messages, and the ground truth."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from decimal import Decimal
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from .clock import Clock, HLC
+from .encoding import crdb_json, json_string
+from .messages import OPS, SimMessage, source_schema, struct_schema, validate
+from .publish import PublishReport, delivery_plan, ensure_topics, ordering_enabled, publish_plan
+from .tables import DATABASE, SCHEMA, TABLES, Table
+from .values import Generator, LiveRows
+
+
+class ChangefeedSimulator:
+    """Deterministic CockroachDB changefeed traffic for the movr tables, with its ground truth.
+
+    Options mirror ``CREATE CHANGEFEED ... WITH``: ``envelope`` ("wrapped", "bare", "enriched"),
+    ``enriched_properties`` (subset of {"source", "schema"}, enriched only), ``diff`` (not with
+    bare), ``updated``, ``mvcc_timestamp``, ``key_in_value``, ``column_families`` (vehicles is
+    split into families ``primary`` and ``details``: topics ``vehicles.primary`` and
+    ``vehicles.details``), ``full_table_name`` (topic ``movr.public.<table>``), ``topic_name``
+    (one topic for everything), ``resolved_every`` (a resolved message to every topic after every
+    N row changes; 0 = never), ``legacy_wrapper`` (pre-v25.2 sink layout, ordering key = key),
+    ``with_table_name_attribute`` (Pub/Sub attribute ``TABLE_NAME``), ``tables`` (subset of
+    ``TABLES``), ``mix`` ((insert, update, delete) weights or a dict of them) and ``seed``.
+
+    Invalid options raise ``ValueError`` naming the option. In the enriched envelope ``updated``
+    and ``mvcc_timestamp`` only show inside ``source`` (as CockroachDB does), so without the
+    ``source`` property they add nothing.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        envelope: str = "wrapped",
+        enriched_properties: Sequence[str] | str | None = None,
+        diff: bool = False,
+        updated: bool = False,
+        mvcc_timestamp: bool = False,
+        key_in_value: bool = False,
+        column_families: bool = False,
+        full_table_name: bool = False,
+        topic_name: str | None = None,
+        resolved_every: int = 0,
+        legacy_wrapper: bool = False,
+        with_table_name_attribute: bool = False,
+        tables: Sequence[str] | None = None,
+        mix: Sequence[float] | Mapping[str, float] = (0.6, 0.3, 0.1),
+    ) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed: expected an int, got {seed!r}")
+        self.seed = seed
+        self.options = validate(
+            envelope=envelope, enriched_properties=enriched_properties, diff=diff, updated=updated,
+            mvcc_timestamp=mvcc_timestamp, key_in_value=key_in_value, column_families=column_families,
+            full_table_name=full_table_name, topic_name=topic_name, resolved_every=resolved_every,
+            legacy_wrapper=legacy_wrapper, with_table_name_attribute=with_table_name_attribute,
+            tables=tables, mix=mix)
+        # Separate streams: the row changes must not depend on envelope options or delivery.
+        self._gen = Generator(random.Random(f"crdb-sim:data:{seed}"))
+        self._op_rng = random.Random(f"crdb-sim:ops:{seed}")
+        self._clock = Clock(random.Random(f"crdb-sim:clock:{seed}"), 1_745_000_000_000_000_000)
+        self._meta_rng = random.Random(f"crdb-sim:meta:{seed}")
+        meta = random.Random(f"crdb-sim:source:{seed}")
+        self._source_static = {
+            "changefeed_sink": "pubsub",
+            "cluster_id": str(uuid.UUID(int=meta.getrandbits(128), version=4)),
+            "cluster_name": "",
+            "database_name": DATABASE,
+            "db_version": "v25.4.0",
+            "job_id": str(1066452286961614849 + meta.randrange(10 ** 12)),
+            "node_id": "1",
+            "node_name": "localhost",
+            "origin": "cockroachdb",
+            "schema_name": SCHEMA,
+            "source_node_locality": "",
+        }
+        self._rows: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in self.options.tables}
+        self._live: dict[str, LiveRows] = {t: LiveRows() for t in self.options.tables}
+        self._stats = {t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0}
+                       for t in self.options.tables}
+        self._changes_since_resolved = 0
+
+    # ---- topics
+    def _base_topic(self, table: str) -> str:
+        return f"{DATABASE}.{SCHEMA}.{table}" if self.options.full_table_name else table
+
+    def _families(self, table: str) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
+        t = TABLES[table]
+        if self.options.column_families and t.families:
+            return tuple((name, cols) for name, cols in t.families)
+        return ((None, t.column_names),)
+
+    def _topic(self, table: str, family: str | None) -> str:
+        if self.options.topic_name:
+            return self.options.topic_name
+        base = self._base_topic(table)
+        return f"{base}.{family}" if family else base
+
+    def topics(self) -> list[str]:
+        """The Pub/Sub topic ids this feed publishes to, in table order, without repeats."""
+        out: list[str] = []
+        for table in self.options.tables:
+            for family, _ in self._families(table):
+                topic = self._topic(table, family)
+                if topic not in out:
+                    out.append(topic)
+        return out
+
+    def _topic_tables(self) -> list[tuple[str, str]]:
+        """(topic, table) pairs for resolved messages; table is "" on a shared topic."""
+        if self.options.topic_name:
+            return [(self.options.topic_name, "")]
+        return [(self._topic(t, f), t) for t in self.options.tables for f, _ in self._families(t)]
+
+    # ---- generation
+    def events(self, n_rows: int) -> Iterator[SimMessage]:
+        """Yield the messages of ``n_rows`` more row changes, in commit order.
+
+        Each change gets a strictly greater HLC than the previous one and yields one message
+        (one per changed column family with ``column_families``). After every
+        ``resolved_every`` changes, a resolved message carrying the last commit HLC goes to every
+        topic. Generation continues where the previous call stopped; the ground truth follows
+        the generator lazily (it covers the changes yielded so far).
+        """
+        if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 0:
+            raise ValueError(f"n_rows: expected an int >= 0, got {n_rows!r}")
+        for _ in range(n_rows):
+            yield from self._one_change()
+            self._changes_since_resolved += 1
+            every = self.options.resolved_every
+            if every and self._changes_since_resolved >= every:
+                self._changes_since_resolved = 0
+                yield from self._resolved(self._clock.now)
+
+    def _pick_op(self, table: str) -> str:
+        w_ins, w_upd, w_del = self.options.mix
+        if not len(self._live[table]):
+            return "insert"
+        return self._op_rng.choices(OPS, weights=(w_ins, w_upd, w_del))[0]
+
+    def _one_change(self) -> Iterator[SimMessage]:
+        table = self._op_rng.choice(self.options.tables)
+        op = self._pick_op(table)
+        rows, live = self._rows[table], self._live[table]
+        before: dict[str, Any] | None = None
+        if op == "insert":
+            after: dict[str, Any] | None = self._new_row(table)
+            pk = self._pk_text(table, after)
+            if pk in rows:  # a 122-bit UUID collision: treat as an update to keep the truth exact.
+                op, before = "update", rows[pk]
+            else:
+                live.add(pk)
+        else:
+            pk = live.choice(self._op_rng)
+            before = rows[pk]
+            after = self._updated_row(table, before) if op == "update" else None
+            if after is None:
+                live.remove(pk)
+        if after is None:
+            del rows[pk]
+        else:
+            rows[pk] = after
+        stat = {"insert": "inserts", "update": "updates", "delete": "deletes"}[op]
+        self._stats[table][stat] += 1
+        hlc = self._clock.tick()
+        yield from self._row_messages(table, op, pk, before, after, hlc)
+
+    def _new_row(self, table: str) -> dict[str, Any]:
+        if table == "users":
+            return self._gen.user()
+        if table == "vehicles":
+            return self._gen.vehicle()
+        return self._gen.ride(self._some_key("users", "id"), self._some_key("vehicles", "id"))
+
+    def _some_key(self, table: str, column: str) -> str | None:
+        live = self._live.get(table)
+        if not live:
+            return None
+        return self._rows[table][live.choice(self._gen.rng)][column]
+
+    def _updated_row(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
+        return {"users": self._gen.user_update, "vehicles": self._gen.vehicle_update,
+                "rides": self._gen.ride_update}[table](row)
+
+    @staticmethod
+    def _pk_text(table: str, row: Mapping[str, Any]) -> str:
+        return crdb_json([row[c] for c in TABLES[table].pk])
+
+    # ---- encoding
+    def _row_messages(self, table: str, op: str, pk: str, before: dict[str, Any] | None,
+                      after: dict[str, Any] | None, hlc: HLC) -> Iterator[SimMessage]:
+        t = TABLES[table]
+        key_row = after if after is not None else before
+        assert key_row is not None
+        ts_ns = hlc.wall + self._meta_rng.randint(5_000_000, 400_000_000)
+        for family, cols in self._families(table):
+            if op == "update" and all(before[c] == after[c] for c in cols):  # type: ignore[index]
+                continue  # CockroachDB only sees the column families whose KV changed.
+            fam_after = None if after is None else {c: after[c] for c in cols}
+            fam_before = None if before is None else {c: before[c] for c in cols}
+            value, key_text = self._encode_value(t, op, key_row, fam_before, fam_after, cols, hlc, ts_ns)
+            topic = self._topic(table, family)
+            data, ordering_key = self._wrap(key_text, value, topic)
+            attrs = {"TABLE_NAME": table} if self.options.with_table_name_attribute else {}
+            self._stats[table]["row_messages"] += 1
+            yield SimMessage(topic, table, data, attrs, ordering_key, "row",
+                             {"insert": "c", "update": "u", "delete": "d"}[op], key_text, str(hlc), pk)
+
+    def _encode_value(self, t: Table, op: str, key_row: Mapping[str, Any], before: dict | None,
+                      after: dict | None, cols: tuple[str, ...], hlc: HLC, ts_ns: int) -> tuple[Any, str]:
+        o = self.options
+        pk_list = [key_row[c] for c in t.pk]
+        if o.envelope == "wrapped":
+            value: dict[str, Any] = {"after": after}
+            if o.diff:
+                value["before"] = before
+            if o.key_in_value:
+                value["key"] = pk_list
+            if o.updated:
+                value["updated"] = str(hlc)
+            if o.mvcc_timestamp:
+                value["mvcc_timestamp"] = str(hlc)
+            return value, crdb_json(pk_list)
+        if o.envelope == "bare":
+            # A bare delete still names every column: key columns keep their value, the rest null.
+            value = dict(after) if after is not None else {c: (key_row[c] if c in t.pk else None) for c in cols}
+            meta: dict[str, Any] = {}
+            if o.updated:
+                meta["updated"] = str(hlc)
+            if o.mvcc_timestamp:
+                meta["mvcc_timestamp"] = str(hlc)
+            if o.key_in_value:
+                meta["key"] = pk_list
+            if meta:
+                value["__crdb__"] = meta
+            return value, crdb_json(pk_list)
+        return self._encode_enriched(t, op, key_row, before, after, cols, hlc, ts_ns)
+
+    def _encode_enriched(self, t: Table, op: str, key_row: Mapping[str, Any], before: dict | None,
+                         after: dict | None, cols: tuple[str, ...], hlc: HLC, ts_ns: int) -> tuple[Any, str]:
+        o = self.options
+        key_obj = {c: key_row[c] for c in t.pk}
+        payload: dict[str, Any] = {"after": after, "op": {"insert": "c", "update": "u", "delete": "d"}[op],
+                                   "ts_ns": ts_ns}
+        if o.diff:
+            payload["before"] = before
+        if o.key_in_value:
+            payload["key"] = key_obj
+        if "source" in o.enriched_properties:
+            source = dict(self._source_static, primary_keys=list(t.pk), table_name=t.name)
+            if o.updated:
+                source["ts_hlc"] = str(hlc)
+                source["ts_ns"] = hlc.wall
+            if o.mvcc_timestamp:
+                source["mvcc_timestamp"] = str(hlc)
+            payload["source"] = source
+        if "schema" not in o.enriched_properties:
+            return payload, crdb_json(key_obj)
+        col_defs = [t.column(c) for c in cols]
+        key_cols = [t.column(c) for c in t.pk]
+        fields: list[dict[str, Any]] = []
+        if o.diff:
+            fields.append(struct_schema("before", f"{t.name}.before.value", col_defs, True))
+        fields.append(struct_schema("after", f"{t.name}.after.value", col_defs, False))
+        if "source" in o.enriched_properties:
+            fields.append(source_schema())
+        if o.key_in_value:
+            fields.append(struct_schema("key", f"{t.name}.key", key_cols, False))
+        fields += [{"field": "ts_ns", "optional": False, "type": "int64"},
+                   {"field": "op", "optional": False, "type": "string"}]
+        schema = {"fields": fields, "name": "cockroachdb.envelope", "optional": False, "type": "struct"}
+        key = {"payload": key_obj, "schema": struct_schema(None, f"{t.name}.key", key_cols, False)}
+        return {"payload": payload, "schema": schema}, crdb_json(key)
+
+    def _wrap(self, key_text: str, value: Any, topic: str) -> tuple[bytes, str]:
+        """The Pub/Sub body and ordering key; both sink generations are built here."""
+        if self.options.legacy_wrapper:
+            # Go's json.Marshal of json.RawMessage fields: compacted, HTML characters escaped.
+            key_c = crdb_json(json.loads(key_text, parse_float=Decimal), compact=True, escape_html=True)
+            body = ('{"key":' + key_c + ',"value":' + crdb_json(value, compact=True, escape_html=True)
+                    + ',"topic":' + json_string(topic, True) + "}")
+            return body.encode("utf-8"), key_text
+        body = '{"Key":' + key_text + ',"Value":' + crdb_json(value) + ',"Topic":' + json_string(topic, True) + "}"
+        return body.encode("utf-8"), ""
+
+    def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
+        if self.options.envelope == "bare":
+            data = ('{"__crdb__":{"resolved":"%s"}}' % hlc).encode()
+        else:
+            data = ('{"resolved":"%s"}' % hlc).encode()
+        for topic, table in self._topic_tables():
+            for t in ([table] if table else self.options.tables):
+                self._stats[t]["resolved"] += 1
+            yield SimMessage(topic, table, data, {}, "", "resolved", "", "", str(hlc), "")
+
+    # ---- results
+    def ground_truth(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Final state of every table after the changes generated so far.
+
+        ``{table: {pk_json_text: {column: value}}}`` where ``pk_json_text`` is the primary-key
+        array in CockroachDB's formatting (``SimMessage.pk``, e.g. ``["seattle", "6f0c..."]``),
+        and values are exact: ``Decimal`` for DECIMAL, ``int`` for INT8, ``bool`` for BOOL,
+        ``str`` for STRING/UUID/TIMESTAMP/TIMESTAMPTZ/BYTES (as sent, e.g. ``"\\x0a0b"``),
+        ``float`` for finite FLOATs and the sent string ("NaN", "Infinity", "-Infinity") for the
+        others, parsed JSON for JSONB and arrays (JSON numbers: ``int`` or ``Decimal``), ``None``
+        for NULL (JSON null in a JSONB column too). With column families the row is whole. Deleted
+        rows are absent. The result is a deep copy.
+        """
+        return _deep_copy(self._rows)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per table: ``inserts``, ``updates``, ``deletes`` (row changes), ``row_messages`` and
+        ``resolved`` (resolved messages sent to the topics the table publishes to)."""
+        return {t: dict(s) for t, s in self._stats.items()}
+
+    # ---- publishing
+    def publish(
+        self,
+        publisher: Any,
+        project: str,
+        n_rows: int,
+        *,
+        rate: float | None = None,
+        create_topics: bool = True,
+        shuffle_window: int = 0,
+        duplicate_fraction: float = 0.0,
+        on_progress: Callable[[int, int], None] | None = None,
+        timeout: float = 120.0,
+    ) -> "PublishReport":
+        """Publish the messages of ``events(n_rows)`` with a google-cloud-pubsub ``PublisherClient``.
+
+        Creates missing topics first (``create_topics``). Delivery order is the commit order,
+        shuffled inside consecutive windows of ``shuffle_window`` messages when > 1; a
+        ``duplicate_fraction`` of the messages is published a second time, a few messages later,
+        with the same bytes (a new message id), like CockroachDB re-emitting after a restart. At
+        most ``rate`` messages per second when given. ``on_progress(published, total)`` is called
+        after each batch of submissions and at the end. Waits for every publish future (up to
+        ``timeout`` seconds overall) and raises ``RuntimeError`` naming the failures, if any.
+        Legacy ordering keys need a publisher created with message ordering enabled.
+        """
+        if rate is not None and (not isinstance(rate, (int, float)) or not rate > 0):
+            raise ValueError(f"rate: expected a number > 0 or None, got {rate!r}")
+        if isinstance(shuffle_window, bool) or not isinstance(shuffle_window, int) or shuffle_window < 0:
+            raise ValueError(f"shuffle_window: expected an int >= 0, got {shuffle_window!r}")
+        if not isinstance(duplicate_fraction, (int, float)) or not 0.0 <= duplicate_fraction <= 1.0:
+            raise ValueError(f"duplicate_fraction: expected 0.0..1.0, got {duplicate_fraction!r}")
+        if self.options.legacy_wrapper and not ordering_enabled(publisher):
+            raise ValueError("legacy_wrapper: the publisher must enable message ordering "
+                             "(make_publisher(host, ordering=True))")
+        if create_topics:
+            ensure_topics(publisher, project, self.topics())
+        messages = list(self.events(n_rows))
+        plan, n_dups = delivery_plan(messages, shuffle_window, duplicate_fraction,
+                                      random.Random(f"crdb-sim:delivery:{self.seed}:{self._stats_total()}"))
+        report = publish_plan(publisher, project, plan, rate, on_progress, timeout)
+        report.row_messages = sum(1 for m in messages if m.kind == "row")
+        report.resolved_messages = len(messages) - report.row_messages
+        report.duplicates = n_dups
+        report.stats = self.stats()
+        return report
+
+    def _stats_total(self) -> int:
+        return sum(s["row_messages"] + s["resolved"] for s in self._stats.values())
+
+
+def _deep_copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _deep_copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_deep_copy(x) for x in v]
+    return v  # str, int, Decimal, float, bool and None are immutable
