@@ -77,7 +77,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
 
 def spark_schemas(tables: Sequence[str] | None = None) -> dict[str, str]:
     """Spark DDL of the movr tables, from their CockroachDB column types (what apply types them with)."""
-    from ..apply import ddl_from_crdb_types
+    from ...apply import ddl_from_crdb_types
 
     return {
         name: ddl_from_crdb_types({c.name: (f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql)
