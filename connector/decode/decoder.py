@@ -132,12 +132,15 @@ def _converters(struct_json: str) -> tuple[Any, Any]:
     return json_row_converter(struct), csv_conv
 
 
-def _as_list(name: str, values: Any, n: int) -> list | None:
+def _as_list(name: str, values: Any, n: int) -> "list | pa.Array | None":
+    """Metadata aligned with the bodies: a list, or an Arrow array kept as it is (no Python objects
+    per message: the streaming source passes its columns straight through)."""
     if values is None:
         return None
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        values = values.to_pylist()
-    values = list(values)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = list(values)
     if len(values) != n:
         raise ValueError(f"{name} has {len(values)} entries but bodies has {n}; they must align")
     return values
@@ -191,15 +194,22 @@ def _typed_bad(rows: list[Row], schema: pa.Schema) -> bool:
         return str(exc) or type(exc).__name__  # type: ignore[return-value]
 
 
-def _table_name_attribute(table_name: pa.Array, attributes: list | None, msg_taker: pa.Array | None) -> pa.Array:
+def _table_name_attribute(table_name: pa.Array, attributes: "list | pa.Array | None", msg_taker: pa.Array | None) -> pa.Array:
     """The ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
 
     A changefeed created ``WITH topic_name=X, with_table_name_attribute=true`` sends every table to
     topic X, so the topic no longer names the table; the attribute is the only reliable name.
     """
-    if not attributes or not any(a and "TABLE_NAME" in a for a in attributes):
-        return table_name  # CockroachDB's default: no attributes, nothing to do per row
-    named = pa.array([a.get("TABLE_NAME") if a else None for a in attributes], pa.string())
+    if attributes is None:
+        return table_name
+    if isinstance(attributes, pa.Array):
+        named = pc.map_lookup(attributes, pa.scalar("TABLE_NAME"), "first")
+        if named.null_count == len(named):
+            return table_name  # CockroachDB's default: no attributes
+    else:
+        if not any(a and "TABLE_NAME" in a for a in attributes):
+            return table_name
+        named = pa.array([a.get("TABLE_NAME") if a else None for a in attributes], pa.string())
     if msg_taker is not None:
         named = named.take(msg_taker)
     return pc.coalesce(named, table_name)
@@ -225,15 +235,24 @@ def _micros(value: Any, i: int) -> int | None:
     raise TypeError(f"publish_times[{i}] must be a datetime or int microseconds, got {type(value).__name__}")
 
 
-def _metadata(n: int, message_ids: list | None, publish_times: list | None, attributes: list | None,
-              ordering_keys: list | None) -> dict[str, pa.Array]:  # fmt: skip
+def _metadata(n: int, message_ids: Any, publish_times: Any, attributes: Any, ordering_keys: Any) -> dict[str, pa.Array]:  # fmt: skip
     ts_type = pa.timestamp("us", tz="UTC")
     map_type = pa.map_(pa.string(), pa.string())
     out: dict[str, pa.Array] = {}
-    out["message_id"] = pa.nulls(n, pa.string()) if message_ids is None else pa.array(message_ids, pa.string())
+    if message_ids is None:
+        out["message_id"] = pa.nulls(n, pa.string())
+    elif isinstance(message_ids, pa.Array):
+        out["message_id"] = message_ids.cast(pa.string())
+    else:
+        out["message_id"] = pa.array(message_ids, pa.string())
     if publish_times is None:
         out["publish_time"] = pa.nulls(n, ts_type)
+    elif isinstance(publish_times, pa.Array) and pa.types.is_integer(publish_times.type):
+        out["publish_time"] = publish_times.cast(pa.int64()).cast(ts_type)  # epoch microseconds
+    elif isinstance(publish_times, pa.Array) and pa.types.is_timestamp(publish_times.type):
+        out["publish_time"] = publish_times.cast(ts_type)
     else:
+        publish_times = publish_times.to_pylist() if isinstance(publish_times, pa.Array) else publish_times
         try:  # the streaming source passes int microseconds: convert them in one call
             micros = pa.array(publish_times, pa.int64())
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -241,6 +260,8 @@ def _metadata(n: int, message_ids: list | None, publish_times: list | None, attr
         out["publish_time"] = micros.cast(ts_type)
     if attributes is None:
         out["attributes"] = pa.nulls(n, map_type)
+    elif isinstance(attributes, pa.Array):
+        out["attributes"] = attributes.cast(map_type)
     elif not any(attributes):
         # CockroachDB sets no attributes by default: build the empty maps without per-item work.
         mask = None
@@ -255,7 +276,7 @@ def _metadata(n: int, message_ids: list | None, publish_times: list | None, attr
     if ordering_keys is None:
         out["ordering_key"] = pa.nulls(n, pa.string())
     else:
-        arr = pa.array(ordering_keys, pa.string())
+        arr = ordering_keys.cast(pa.string()) if isinstance(ordering_keys, pa.Array) else pa.array(ordering_keys, pa.string())
         out["ordering_key"] = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
     return out
 
@@ -362,7 +383,7 @@ def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, ty
     malformed = [(i, err) for i, rows, err in results if rows is None]
     if malformed and mode == "FAILFAST":
         i, err = malformed[0]
-        raise MalformedMessageError(message_ids[i] if message_ids is not None else None, i, err)
+        raise MalformedMessageError(_item(message_ids, i), i, err)
 
     slow_rows: list[Row] = []
     slow_msg: list[int] = []
@@ -386,6 +407,12 @@ def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, ty
         cols["error"] = pa.array(slow_err, pa.string())
         parts.append((np.array(slow_msg, dtype=np.int64), cols))
     return slow_rows, slow_err, malformed
+
+
+def _item(values: "list | pa.Array | None", i: int) -> Any:
+    if values is None:
+        return None
+    return values[i].as_py() if isinstance(values, pa.Array) else values[i]
 
 
 def _assemble(parts: list, schema: pa.Schema) -> tuple[np.ndarray, dict[str, pa.Array]]:

@@ -237,13 +237,13 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         if n == 0:
             return
         stats = DecodeStats()
-        attrs = table.column("attributes").to_pylist()
+        # The metadata columns go to the decoder as they are: no Python object per message.
         batch = decode_messages(
-            table.column("data").to_pylist(),
-            message_ids=table.column("message_id").to_pylist(),
-            publish_times=table.column("publish_us").to_pylist(),
-            attributes=[dict(a) if a else None for a in attrs],
-            ordering_keys=table.column("ordering_key").to_pylist(),
+            table.column("data"),
+            message_ids=table.column("message_id"),
+            publish_times=table.column("publish_us"),
+            attributes=table.column("attributes"),
+            ordering_keys=table.column("ordering_key"),
             stats=stats,
             **self._options.decoder_kwargs(),
         )

@@ -626,3 +626,39 @@ def test_mutated_bodies_never_escape_as_exceptions() -> None:
         assert out.num_rows >= len(cases)
         errors = [e for e in out.column("error").to_pylist() if e]
         assert not [e for e in errors if e.startswith("could not decode message")]
+
+
+def test_arrow_metadata_columns_give_the_same_rows_as_lists():
+    """The streaming source passes its Arrow columns straight through (no per-message objects);
+    the rows must be those that Python lists give, sliced arrays included."""
+    bodies = [
+        b'{"Key":[1],"Value":{"after": {"id": 1}},"Topic":"orders"}',
+        b'{"not": "a changefeed"',
+        b'{"Key":[2],"Value":{"after": null},"Topic":"orders"}',
+        b"",
+        b'{"resolved":"1700000000000000000.0000000000"}',
+    ] * 3
+    n = len(bodies)
+    ids = [str(100 + i) for i in range(n)]
+    times = [1_700_000_000_000_000 + i for i in range(n)]
+    attrs = [None, {"TABLE_NAME": "users"}, {}, {"key": "[9]"}, None] * 3
+    keys = ["", "k1", None, "", "k4"] * 3
+    expected = decode_messages(bodies, message_ids=ids, publish_times=times, attributes=attrs, ordering_keys=keys,
+                               envelope="auto")
+    map_type = pa.map_(pa.string(), pa.string())
+    got = decode_messages(
+        pa.array([b"pad"] + bodies, pa.binary()).slice(1),
+        message_ids=pa.array(["x"] + ids, pa.string()).slice(1),
+        publish_times=pa.chunked_array([pa.array(times[:4], pa.int64()), pa.array(times[4:], pa.int64())]),
+        attributes=pa.array([[("TABLE_NAME", "pad")]] + [None if a is None else list(a.items()) for a in attrs],
+                            map_type).slice(1),
+        ordering_keys=pa.array(keys, pa.string()),
+    )
+    assert got.to_pylist() == expected.to_pylist()
+    assert "users" in got.column("table_name").to_pylist()
+
+
+def test_failfast_names_the_message_id_from_an_arrow_column():
+    with pytest.raises(ValueError, match="m-2"):
+        decode_messages([b'{"Key":[1],"Value":{"after": {}},"Topic":"t"}', b"{bad"], mode="FAILFAST",
+                        message_ids=pa.array(["m-1", "m-2"]))
