@@ -146,6 +146,16 @@ def chunked(items: Iterable[T], size: Callable[[T], int], max_count: int, max_by
 # ------------------------------------------------------------------------------------------ RPCs
 
 
+def _request(name: str, **fields: Any) -> Any:
+    """A request message built as the raw protobuf (its repeated fields filled in C) and wrapped
+    for the generated client: proto-plus would convert a list of ack ids one by one (~0.9 us an id
+    against ~0.05 us)."""
+    from google.pubsub_v1.types import pubsub
+
+    cls = getattr(pubsub, name)
+    return cls.wrap(cls.pb()(**fields))
+
+
 @dataclass(frozen=True)
 class Policy:
     """How one kind of RPC is bounded: each attempt by ``attempt``, all of them by ``total``."""
@@ -227,9 +237,16 @@ class Rpc:
         self.client = client
         self._sleep = sleep
         self._clock = clock
+        self._pull_stub = _raw_pull_stub(client)
 
     def pull(self, subscription: str, max_messages: int, timeout: float, *, return_immediately: bool = False) -> Any:
-        """One Pull, no retry: the caller decides what an error or a timeout means."""
+        """One Pull, no retry: the caller decides what an error or a timeout means.
+
+        On a generated client the response is the raw protobuf ``PullResponse`` (see
+        :func:`_raw_pull_stub`); errors are the same ``google.api_core`` exceptions either way.
+        """
+        if self._pull_stub is not None:
+            return self._pull_stub(subscription, max_messages, timeout, return_immediately)
         request: dict[str, Any] = {"subscription": subscription, "max_messages": max_messages}
         if return_immediately:
             request["return_immediately"] = True
@@ -248,14 +265,15 @@ class Rpc:
     def acknowledge(self, subscription: str, ack_ids: Sequence[str], *, total: float | None = None) -> AckResult:
         """Acknowledge ``ack_ids``; per ack id, what Pub/Sub answered within the deadline."""
         return self._per_id(lambda ids, t: self.client.acknowledge(
-            request={"subscription": subscription, "ack_ids": ids}, timeout=t, retry=None),
+            request=_request("AcknowledgeRequest", subscription=subscription, ack_ids=ids), timeout=t, retry=None),
             ack_ids, ACKNOWLEDGE if total is None else Policy(ACKNOWLEDGE.attempt, total))
 
     def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int, *,
                             total: float | None = None) -> AckResult:
         """Set the lease of ``ack_ids`` to ``seconds`` (0 hands the messages back at once)."""
         return self._per_id(lambda ids, t: self.client.modify_ack_deadline(
-            request={"subscription": subscription, "ack_ids": ids, "ack_deadline_seconds": seconds},
+            request=_request("ModifyAckDeadlineRequest", subscription=subscription, ack_ids=ids,
+                             ack_deadline_seconds=seconds),
             timeout=t, retry=None),
             ack_ids, MODIFY_DEADLINE if total is None else Policy(MODIFY_DEADLINE.attempt, total))
 
@@ -308,6 +326,51 @@ class Rpc:
                     todo = retry
                     self._sleep(pause)
         return out
+
+
+def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None:
+    """Pull straight on a generated client's gRPC channel, for the hot path.
+
+    The generated method costs ~0.3 ms of Python per call (proto-plus request, retry and timeout
+    wrappers, logging interceptor, routing header) and Pub/Sub answers with at most 1,000 messages
+    (the emulator: 100), so at tens of thousands of messages a second it was a large part of the
+    driver's CPU. The same channel (its credentials included), the same routing header, the
+    response parsed in C into the raw protobuf, gRPC errors mapped to ``google.api_core``
+    exceptions as the generated client does. ``None`` for anything but a generated client.
+    """
+    try:
+        from google.pubsub_v1 import SubscriberClient
+        from google.pubsub_v1.types import pubsub
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(client, SubscriberClient):
+        return None
+    channel = getattr(client.transport, "grpc_channel", None)
+    if channel is None:  # pragma: no cover - a REST transport
+        return None
+    import grpc
+    from google.api_core import exceptions as gexc
+
+    request_pb, response_pb = pubsub.PullRequest.pb(), pubsub.PullResponse.pb()
+    call = channel.unary_unary("/google.pubsub.v1.Subscriber/Pull", request_serializer=request_pb.SerializeToString,
+                               response_deserializer=response_pb.FromString)
+    from urllib.parse import quote
+
+    headers: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    def pull(subscription: str, max_messages: int, timeout: float, return_immediately: bool) -> Any:
+        metadata = headers.get(subscription)
+        if metadata is None:
+            metadata = headers[subscription] = (
+                ("x-goog-request-params", f"subscription={quote(subscription, safe='')}"),)
+        request = request_pb(subscription=subscription, max_messages=max_messages,
+                             return_immediately=return_immediately)
+        try:
+            return call(request, timeout=timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            raise gexc.from_grpc_error(exc) from exc
+
+    return pull
 
 
 def group_by_subscription(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
