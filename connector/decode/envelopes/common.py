@@ -16,6 +16,7 @@ from msgspec import Raw
 from ..hlc import HLC, hlc_to_micros
 
 _OBJ = msgspec.json.Decoder(dict[str, Raw])
+LIST = msgspec.json.Decoder(list[Raw])  # a JSON array, its items kept as their exact text
 _ANY = msgspec.json.Decoder()
 WS = b" \t\n\r"
 

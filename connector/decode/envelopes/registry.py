@@ -23,6 +23,10 @@ def _never(d: Value, keys: set[str], env: str) -> bool:
     return False
 
 
+def _body_only(d: Value, raw: bytes, ctx: Context, env: str) -> list[Row]:  # pragma: no cover - never claims
+    raise AssertionError("a family that claims no value decodes none")
+
+
 @dataclass(frozen=True)
 class Family:
     """One envelope family.
@@ -38,7 +42,7 @@ class Family:
 
     order: int
     names: tuple[str, ...]
-    decode: Callable[[Value, bytes, Context, str], list[Row]]
+    decode: Callable[[Value, bytes, Context, str], list[Row]] = _body_only
     claims: Callable[[Value, set[str], str], bool] = _never
     refuse: Callable[[Value], str] | None = None
     body: Callable[[bytes, str, Context], "list[Row] | None"] | None = None

@@ -30,8 +30,4 @@ def _body(body: bytes, env: str, ctx: Context) -> "list[Row] | None":
     return [row]
 
 
-def _unused(d: dict, raw: bytes, ctx: Context, env: str) -> list[Row]:  # pragma: no cover - body only
-    raise AssertionError("csv bodies are decoded by the body hook")
-
-
-FAMILY = Family(order=1, names=("csv",), decode=_unused, body=_body)
+FAMILY = Family(order=1, names=("csv",), body=_body)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import msgspec
 
-from ..common import WS, Bad, Context, Row, kind_of, parse_object
+from ..common import LIST, WS, Bad, Context, Row, kind_of, parse_object
 from ..registry import Family
-
-_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def key_row(body: bytes) -> Row:
     """The row of a key array (also the key of a sinkless result row)."""
     try:
-        items = _LIST.decode(body)
+        items = LIST.decode(body)
     except RecursionError:
         raise Bad("JSON nested too deep") from None
     except (msgspec.DecodeError, ValueError) as exc:
@@ -41,8 +39,4 @@ def _body(body: bytes, env: str, ctx: Context) -> "list[Row] | None":
     return None
 
 
-def _unused(d: dict, raw: bytes, ctx: Context, env: str) -> list[Row]:  # pragma: no cover - body only
-    raise AssertionError("key arrays are decoded by the body hook")
-
-
-FAMILY = Family(order=2, names=("key_only",), decode=_unused, body=_body)
+FAMILY = Family(order=2, names=("key_only",), body=_body)

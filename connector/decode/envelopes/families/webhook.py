@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import re
 
-import msgspec
-
-from ..common import Bad, Context, Row, kind_of, parse_object, short, table_from_topic
+from ..common import LIST, Bad, Context, Row, kind_of, parse_object, short, table_from_topic
 from ..registry import Family
-
-_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def _claims(d: dict[str, bytes], keys: set[str], env: str) -> bool:
@@ -28,7 +24,7 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
     if not re.fullmatch(rb"[0-9]+", length):
         raise Bad(f"webhook batch `length` must be a non-negative integer, got {short(length)}")
     try:
-        events = _LIST.decode(d["payload"])
+        events = LIST.decode(d["payload"])
     except RecursionError:
         raise Bad("webhook batch `payload`: JSON nested too deep") from None
     if int(length) != len(events):
