@@ -294,7 +294,7 @@ class SourceOptions(BaseModel):
 
     def decoder_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``decode_messages`` takes from these options (their ``decode_as``)."""
-        out = {extra["decode_as"]: getattr(self, name) for name, extra in _extras() if "decode_as" in extra}
+        out = {arg: getattr(self, name) for name, arg in _DECODE_AS.items()}
         if self.deadLetterTopic:
             out["mode"] = "PERMISSIVE"  # with a dead-letter topic the source sees malformed rows itself
         return out
@@ -312,8 +312,9 @@ class SourceOptions(BaseModel):
 _CANONICAL = {name.lower(): name for name in SourceOptions.model_fields}
 
 
-def _extras() -> list[tuple[str, dict[str, Any]]]:
-    return [(name, dict(field.json_schema_extra or {})) for name, field in SourceOptions.model_fields.items()]
+# What each option's Field says beyond pydantic's own settings (see the comment on the fields).
+_EXTRAS = {name: dict(field.json_schema_extra or {}) for name, field in SourceOptions.model_fields.items()}
+_DECODE_AS = {name: extra["decode_as"] for name, extra in _EXTRAS.items() if "decode_as" in extra}
 
 
 def option_table() -> str:
@@ -321,7 +322,7 @@ def option_table() -> str:
     README's option table and the DataSource's docstring are this text."""
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for name, field in SourceOptions.model_fields.items():
-        extra = dict(field.json_schema_extra or {})
+        extra = _EXTRAS[name]
         if "shown_default" in extra:
             default = extra["shown_default"]
         elif field.default is None:
