@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .launcher import HOST_ENV, Emulator, _group_alive, start_emulator, terminate_group
+from .launcher import HOST_ENV, Emulator, start_emulator
+from .reaper import group_alive, terminate_group
 
 STATE_FILE_NAME = "emulator.json"
 LOG_FILE_NAME = "emulator.log"
@@ -124,7 +125,7 @@ def _container(container_id: str):  # type: ignore[no-untyped-def]
 
 def _is_alive(state: DetachedState) -> bool:
     if state.backend == "sdk" and state.pgid is not None and state.pid is not None:
-        return _looks_like_emulator(state.pid) and _group_alive(state.pgid)
+        return _looks_like_emulator(state.pid) and group_alive(state.pgid)
     if state.backend == "docker" and state.container_id:
         try:
             return _container(state.container_id).status == "running"

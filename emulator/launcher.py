@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import reaper
-from .reaper import group_alive as _group_alive, terminate_group
+from .reaper import terminate_group
 
 logger = logging.getLogger("crdb_pubsub.emulator")
 
