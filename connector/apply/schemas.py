@@ -114,7 +114,6 @@ def plain_arrow_type(t: "pa.DataType") -> "pa.DataType":
 
 def struct_of_arrow(schema: "pa.Schema") -> "StructType":
     """The Spark schema of a Delta table's user columns (its Arrow schema minus the bookkeeping)."""
-    import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 

@@ -14,7 +14,6 @@ OBJ_START, ARR_START, NULL_START = ord("{"), ord("["), ord("n")
 # The v2 wrapper's parts, from a msgspec Struct of it.
 GET_KEY, GET_VALUE, GET_TOPIC = (operator.attrgetter(a) for a in ("Key", "Value", "Topic"))
 
-
 OFFSET_LIMIT = 2**31 - 1
 
 
@@ -77,8 +76,6 @@ def utf8_bad(arr: pa.Array, raws: list) -> np.ndarray | None:
             except UnicodeDecodeError:
                 bad[i] = True
         return bad
-
-
 
 
 def hlc_micros_array(arr: pa.Array) -> pa.Array:

@@ -35,8 +35,8 @@ def regions(text: str) -> dict[str, str]:
 
 def rewrite(text: str) -> str:
     """``text`` with every generated region holding its table."""
+    regions(text)  # raises naming a missing region
     for name, table in TABLES.items():
-        regions(text)  # raises naming a missing region
         text = _region(name).sub(lambda m, t=table(): m.group(1) + t + m.group(3), text)
     return text
 
