@@ -55,6 +55,7 @@ class Recovered:
     remembered: list[tuple[str, list[str], float]] = field(default_factory=list)
     # (sub, [(message id, ack id)]): acknowledgements Pub/Sub never confirmed
     unconfirmed: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    newest_commit: int = -1  # the newest batch whose commit was recorded
 
 
 class Ledger:
@@ -274,6 +275,7 @@ class Ledger:
                 out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
                 self._write_table(acked_dir / f"{stem}.unconfirmed.arrow", table, table.schema)
                 self._write_bytes(acked_dir / f"{stem}.answered", repr(acked_at).encode())
+        out.newest_commit = newest_commit
         for path in sorted((self._dir / "batches").glob("*.arrow")):
             bid = int(path.stem)
             if bid <= newest_commit:

@@ -132,42 +132,8 @@ class Receiver:
                 self._pullers.append(p)
 
     def _check_subscription(self, sub: str, topic: str | None, wanted_filter: str | None = None) -> int:
-        from google.api_core import exceptions as gexc
-
-        try:
-            try:
-                info = self._rpc.get_subscription(sub)
-            except gexc.NotFound:
-                if not topic:
-                    raise ReceiverError(
-                        f"subscription {sub} does not exist at {self._endpoint}; create it, or set option "
-                        "'topic' to have it created on that topic") from None
-                try:
-                    info = self._rpc.create_subscription(sub, topic, max(10, min(600, self._lease_seconds)),
-                                                         wanted_filter)
-                    log.info("created subscription %s on %s", sub, topic)
-                except gexc.AlreadyExists:
-                    info = self._rpc.get_subscription(sub)
-                except gexc.NotFound:
-                    raise ReceiverError(
-                        f"topic {topic} does not exist at {self._endpoint}, so subscription {sub} can't be created on it"
-                    ) from None
-        except ReceiverError:
-            raise
-        except (gexc.PermissionDenied, gexc.Unauthenticated) as exc:
-            raise ReceiverError(f"Pub/Sub refused access to {sub} at {self._endpoint}: {exc.message}") from None
-        except gexc.InvalidArgument as exc:
-            raise ReceiverError(f"Pub/Sub rejected subscription {sub}: {exc.message}") from None
-        except Exception as exc:  # noqa: BLE001 - transient errors outlasted the start deadline
-            raise ReceiverError(
-                f"cannot reach Pub/Sub at {self._endpoint} to open {sub} (gave up after "
-                f"{START_TIMEOUT_SECONDS:.0f} s): {type(exc).__name__}: {getattr(exc, 'message', exc)}") from None
-        have = getattr(info, "filter", "") or None
-        if wanted_filter is not None and have != wanted_filter:
-            # Pub/Sub filters can't be changed: reading it anyway would read other messages.
-            raise ReceiverError(f"subscription {sub} exists with filter {have!r}, not the option's filter "
-                                f"{wanted_filter!r}; filters are immutable: use another subscription name")
-        return int(getattr(info, "ack_deadline_seconds", 0) or 10)
+        return open_subscription(self._rpc, sub, topic, wanted_filter, lease_seconds=self._lease_seconds,
+                                 endpoint=self._endpoint)
 
     def shutdown(self, *, hand_back: bool, within: float) -> None:
         """The one way to stop: no Pull, lease or hand-back lands after this returns.
@@ -619,3 +585,46 @@ class Receiver:
                 out["unavailableForSeconds"] = round(self._clock() - self._unavailable_since, 1)
                 out["lastError"] = self._last_error
         return out
+
+
+def open_subscription(rpc: Rpc, sub: str, topic: str | None, wanted_filter: str | None, *, lease_seconds: int,
+                      endpoint: str) -> int:
+    """Check ``sub`` (creating it on ``topic`` when given and missing); its ack deadline in seconds.
+
+    Raises :class:`ReceiverError` when Pub/Sub refuses it or can't be reached.
+    """
+    from google.api_core import exceptions as gexc
+
+    try:
+        try:
+            info = rpc.get_subscription(sub)
+        except gexc.NotFound:
+            if not topic:
+                raise ReceiverError(
+                    f"subscription {sub} does not exist at {endpoint}; create it, or set option "
+                    "'topic' to have it created on that topic") from None
+            try:
+                info = rpc.create_subscription(sub, topic, max(10, min(600, lease_seconds)), wanted_filter)
+                log.info("created subscription %s on %s", sub, topic)
+            except gexc.AlreadyExists:
+                info = rpc.get_subscription(sub)
+            except gexc.NotFound:
+                raise ReceiverError(
+                    f"topic {topic} does not exist at {endpoint}, so subscription {sub} can't be created on it"
+                ) from None
+    except ReceiverError:
+        raise
+    except (gexc.PermissionDenied, gexc.Unauthenticated) as exc:
+        raise ReceiverError(f"Pub/Sub refused access to {sub} at {endpoint}: {exc.message}") from None
+    except gexc.InvalidArgument as exc:
+        raise ReceiverError(f"Pub/Sub rejected subscription {sub}: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - transient errors outlasted the start deadline
+        raise ReceiverError(
+            f"cannot reach Pub/Sub at {endpoint} to open {sub} (gave up after "
+            f"{START_TIMEOUT_SECONDS:.0f} s): {type(exc).__name__}: {getattr(exc, 'message', exc)}") from None
+    have = getattr(info, "filter", "") or None
+    if wanted_filter is not None and have != wanted_filter:
+        # Pub/Sub filters can't be changed: reading it anyway would read other messages.
+        raise ReceiverError(f"subscription {sub} exists with filter {have!r}, not the option's filter "
+                            f"{wanted_filter!r}; filters are immutable: use another subscription name")
+    return int(getattr(info, "ack_deadline_seconds", 0) or 10)
