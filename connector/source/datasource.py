@@ -18,7 +18,9 @@ without arguments, the reader applies ``maxMessagesPerTrigger``/``maxBytesPerTri
 and AvailableNow runs as a single batch.
 
 Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions -> ``read`` ->
-decoder -> Arrow record batches -> Spark.
+decoder -> Arrow record batches -> Spark. With ``receiver=executors`` the partitions carry orders
+instead of messages: Pub/Sub -> ``read`` (pull, record the slice in the stateDir) -> decoder ->
+Spark, and the driver acknowledges from the recorded slices (:mod:`.slices`).
 """
 
 from __future__ import annotations
@@ -127,6 +129,19 @@ class MessagesPartition(InputPartition):
         return f"MessagesPartition(batch={self.batch_id}, index={self.index}, bytes={len(self.ipc)})"
 
 
+@dataclass
+class SlicePartition(InputPartition):
+    """``receiver=executors``: one task's order to pull (or replay) its slice of a micro-batch."""
+
+    batch_id: int
+    index: int
+    order: Any  # crdb_pubsub.source.slices.pull.SliceOrder
+    stats: tuple[tuple[str, ...], str] | None = None
+
+    def __repr__(self) -> str:
+        return f"SlicePartition(batch={self.batch_id}, index={self.index})"
+
+
 class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
     """Micro-batch reader. Offsets are ``{"batch": N, "run": R}``; see ``planner.py``."""
 
@@ -138,8 +153,11 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_planner"] = None  # threads, sockets and locks stay on the driver
-        # The pickled reader only serves executors' ``read``, which needs no credentials.
-        state["_options"] = self._options.model_copy(update={"credentialsJson": None, "credentialsFile": None})
+        if self._options.receiver == "driver":
+            # The pickled reader only serves executors' ``read``, which then needs no credentials.
+            # With receiver=executors the tasks pull: the credentials options travel in the
+            # serialised task (never in a plan string or a log: their repr is masked).
+            state["_options"] = self._options.model_copy(update={"credentialsJson": None, "credentialsFile": None})
         return state
 
     def _driver(self) -> "Planner":
@@ -148,7 +166,12 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             from .planner import Planner
 
             configure_logging()
-            self._planner = Planner(self._options)
+            if self._options.receiver == "executors":
+                from .slices.planner import SlicePlanner
+
+                self._planner = SlicePlanner(self._options)
+            else:
+                self._planner = Planner(self._options)
             planner = self._planner
             on_terminate(lambda: planner.shutdown(within=HAND_BACK_SECONDS), within=HAND_BACK_SECONDS + 1.0)
         return self._planner
@@ -196,7 +219,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         """Spark 4.2+, Trigger.AvailableNow: read what was published before now, then end."""
         self._driver().prepare_available_now()
 
-    def partitions(self, start: dict, end: dict) -> list[MessagesPartition]:
+    def partitions(self, start: dict, end: dict) -> list[MessagesPartition] | list[SlicePartition]:
         """The input partitions of the batches in ``(start, end]``, ``[]`` when ``start == end``.
 
         Never acknowledges anything: after a restart Spark 4.0/4.1 call ``partitions(X, X)`` with a
@@ -205,6 +228,8 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         """
         planner = self._driver()
         stats = planner.stats_address()
+        if self._options.receiver == "executors":
+            return [SlicePartition(bid, i, order, stats) for bid, i, order in planner.partitions(start, end)]
         return [MessagesPartition(bid, i, payload, stats) for bid, i, payload in planner.partitions(start, end)]
 
     def commit(self, end: dict) -> None:
@@ -224,15 +249,28 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     # ---- executor side ----------------------------------------------------------------------
 
-    def read(self, partition: MessagesPartition) -> Iterator["pa.RecordBatch"]:
-        """Decode one partition's messages into record batches of the output schema."""
+    def read(self, partition: MessagesPartition | SlicePartition) -> Iterator["pa.RecordBatch"]:
+        """Decode one partition's messages into record batches of the output schema.
+
+        With ``receiver=executors`` the task first pulls its slice and records it in the stateDir
+        (or replays the recorded one): see :mod:`.slices`.
+        """
+        if isinstance(partition, SlicePartition):
+            from .slices.pull import rows_of
+
+            table = rows_of(self._options, partition.order)
+        else:
+            from .wire import from_ipc
+
+            table = from_ipc(partition.ipc)
+        return self._decoded(table, partition)
+
+    def _decoded(self, table: "pa.Table", partition: MessagesPartition | SlicePartition) -> Iterator["pa.RecordBatch"]:
         import pyarrow.compute as pc
 
         from ..decode import DecodeStats, decode_messages
         from .stats import send_report
-        from .wire import from_ipc
 
-        table = from_ipc(partition.ipc)
         n = table.num_rows
         if n == 0:
             return

@@ -120,7 +120,13 @@ class SourceOptions(BaseModel):
         3600, ge=1, le=7 * 24 * 3600, description="stop extending a message's lease after this long (it is then "
         "redelivered)")
     stateDir: str | None = Field(
-        None, description="local directory for exactly-once replay (see Guarantees); one per query")
+        None, description="directory for exactly-once replay (see Guarantees); one per query. With "
+        "`receiver=executors` it is required and must be one directory that the driver and every executor reach "
+        "(a shared mount on a cluster)")
+    receiver: Literal["driver", "executors"] = Field(
+        "driver", description="who pulls: `driver` (one receiver in the driver-side reader; batches travel to the "
+        "executors inside the partitions) or `executors` (each task pulls its share, records it in `stateDir`, "
+        "then decodes it; the driver only leases and acknowledges: see Scaling out)")
 
     # ---- field-level checks -------------------------------------------------------------------
 
@@ -128,6 +134,11 @@ class SourceOptions(BaseModel):
     @classmethod
     def _mode_upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) else v
+
+    @field_validator("receiver", mode="before")
+    @classmethod
+    def _receiver_lower(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
 
     @field_validator("envelope", mode="before")
     @classmethod
@@ -216,6 +227,10 @@ class SourceOptions(BaseModel):
             raise ValueError(
                 f"maxLeaseDurationSeconds={self.maxLeaseDurationSeconds} must be >= ackDeadlineSeconds={self.ackDeadlineSeconds}"
             )
+        if self.receiver == "executors" and not self.stateDir:
+            raise ValueError("receiver=executors needs stateDir: each task records the slice it pulled there before "
+                             "yielding a row, and the driver acknowledges from those records (a directory the driver "
+                             "and every executor reach)")
         if self.envelope == "csv" and not self.rowSchema:
             raise ValueError("envelope=csv needs rowSchema: CSV lines carry no column names")
         return self
@@ -343,6 +358,8 @@ def _accepted(name: str) -> str:
         return "one of " + ", ".join(ENVELOPES)
     if name == "mode":
         return "one of " + ", ".join(MODES)
+    if name == "receiver":
+        return "driver or executors"
     if field.annotation in (bool, bool | None):
         return "true or false"
     lo = hi = None
