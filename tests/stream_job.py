@@ -2,6 +2,7 @@
 
     python tests/stream_job.py --emulator-host H --subscription S --checkpoint C --output O
         [--state-dir D] [--available-now] [--max-per-trigger N] [--ack-deadline S]
+        [--receiver driver|executors] [--num-partitions P]
 
 Reads the subscription with crdb_pubsub and appends to a parquet directory (Spark's file sink is
 exactly-once per batch id, so duplicates in the output come from the source, never the sink).
@@ -18,7 +19,8 @@ SCRIPT = Path(__file__).resolve()
 
 
 def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool, available_now: bool,
-                ack_deadline: int = 5, max_per_trigger: int = 250) -> list[str]:
+                ack_deadline: int = 5, max_per_trigger: int = 250, receiver: str = "driver",
+                num_partitions: int | None = None) -> list[str]:
     """The command line that runs this job with its checkpoint/output/state under ``tmp``."""
     cmd = [sys.executable, str(SCRIPT), "--emulator-host", emulator_host, "--subscription", subscription,
            "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ack_deadline),
@@ -27,6 +29,10 @@ def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool
         cmd += ["--state-dir", str(tmp / "state")]
     if available_now:
         cmd.append("--available-now")
+    if receiver != "driver":
+        cmd += ["--receiver", receiver]
+    if num_partitions:
+        cmd += ["--num-partitions", str(num_partitions)]
     return cmd
 
 
@@ -40,6 +46,8 @@ def main() -> int:
     ap.add_argument("--available-now", action="store_true")
     ap.add_argument("--max-per-trigger", type=int, default=300, help="0: no limit")
     ap.add_argument("--ack-deadline", type=int, default=5)
+    ap.add_argument("--receiver", default="driver")
+    ap.add_argument("--num-partitions", type=int)
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -61,7 +69,10 @@ def main() -> int:
         .option("subscription", args.subscription)
         .option("emulatorHost", args.emulator_host)
         .option("ackDeadlineSeconds", str(args.ack_deadline))
+        .option("receiver", args.receiver)
     )
+    if args.num_partitions:
+        reader = reader.option("numPartitions", str(args.num_partitions))
     if args.max_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", str(args.max_per_trigger))
     if args.state_dir:

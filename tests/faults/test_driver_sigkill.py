@@ -33,8 +33,9 @@ ACK_DEADLINE = 5
 SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
-def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool) -> subprocess.Popen:
-    cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE)
+def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool,
+           **job: object) -> subprocess.Popen:
+    cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE, **job)
     fh = open(log, "ab")
     try:
         return subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
@@ -129,3 +130,42 @@ def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_p
     assert lost == 0, f"{lost} messages lost after kills at {kills}"
     if state:
         assert duplicated == 0, f"{duplicated} duplicates with stateDir after kills at {kills}"
+
+
+@pytest.mark.parametrize("partitions", [2, 4])
+def test_executors_receiver_driver_sigkill(emulator_host, make_subscription, tmp_path, partitions):
+    """receiver=executors: the driver SIGKILLed while tasks pull, after a batch was planned, and
+    right after a commit; restarted on the same checkpoint and stateDir each time."""
+    rounds = scaled(3, 6, "CRDB_PUBSUB_SIGKILL_ROUNDS")
+    per_round = scaled(1000, 2500)
+    rng = random.Random(SEED + 10 + partitions)
+    modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
+    rng.shuffle(modes)
+    job = {"receiver": "executors", "num_partitions": partitions}
+
+    topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
+    log = tmp_path / "job.log"
+    published: list[str] = []
+    kills: list[str] = []
+    for r, mode in enumerate(modes):
+        published += publish_many(emulator_host, topic, (row_body(i) for i in range(r * per_round, (r + 1) * per_round)))
+        proc = _start(emulator_host, sub, tmp_path, log, state=True, available_now=False, **job)
+        kills.append(_kill_at(proc, mode, rng, tmp_path, log))
+
+    time.sleep(ACK_DEADLINE + 2)
+    final = _start(emulator_host, sub, tmp_path, log, state=True, available_now=True, **job)
+    try:
+        final.wait(timeout=300)
+    finally:
+        if final.poll() is None:
+            os.killpg(final.pid, signal.SIGKILL)
+            final.wait(30)
+    assert final.returncode == 0, _tail(log)
+
+    got = sink_column(tmp_path / "out")["message_id"].to_pylist()
+    lost, duplicated, unexpected = tally(published, got)
+    report(f"driver-sigkill-executors-{partitions}", published=len(published), lost=lost, duplicated=duplicated,
+           kills=len(kills), kill_points=kills, sink_rows=len(got), seed=SEED)
+    assert not unexpected
+    assert lost == 0, f"{lost} messages lost after kills at {kills}"
+    assert duplicated == 0, f"{duplicated} duplicates after kills at {kills}"

@@ -1,0 +1,158 @@
+"""``receiver=executors``: the tasks pull, record their slices in the stateDir, the driver commits.
+
+Real Spark (``local[2]``) against the real emulator, with ``numPartitions`` 2 and 4 (more pullers
+than cores). Sinks are ``BatchFileSink`` (batch N replaces file N), so a duplicate can only come
+from the source. The driver SIGKILL scenario is in ``tests/faults/test_driver_sigkill.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import pull_ids
+from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+DEADLINE = 3
+PARTITIONS = [2, 4]
+
+
+def _reader(spark, host: str, sub: str, state: Path, partitions: int, **options):
+    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
+         .option("receiver", "executors").option("stateDir", str(state)).option("numPartitions", str(partitions))
+         .option("ackDeadlineSeconds", str(DEADLINE)))
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def _settle(q, timeout: float = 60) -> dict:
+    """Wait until the query's last batches were acknowledged; its final metrics."""
+    with MetricsSampler(q) as sampler:
+        wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("acknowledged", 0) > 0,
+                   timeout, what="the query to acknowledge what it committed", query=q)
+        return sampler.last()
+
+
+@pytest.mark.parametrize("partitions", PARTITIONS)
+def test_available_now_drains_the_backlog(spark, emulator_host, make_subscription, publish, tmp_path: Path,
+                                          partitions):
+    n = scaled(3000, 20_000)
+    topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
+    ids = publish(topic, [row_body(i) for i in range(n)])
+    sink = BatchFileSink(tmp_path / "sink")
+    q = (_reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=n // 3)
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(availableNow=True).start())
+    t0 = time.monotonic()
+    q.awaitTermination(300)
+    if q.isActive:
+        q.stop()
+        raise AssertionError("the AvailableNow run did not end within 300 s")
+    assert q.exception() is None, q.exception()
+    elapsed = time.monotonic() - t0
+    got = sink.ids()
+    lost, duplicated, unexpected = tally(ids, got)
+    time.sleep(DEADLINE + 1)
+    left = pull_ids(emulator_host, sub, timeout=1.5)
+    report(f"executors-available-now-{partitions}", published=n, lost=lost, duplicated=duplicated,
+           left_on_subscription=len(left), batches=len([c for c in sink.calls if c[1]]), seconds=round(elapsed, 1))
+    assert not unexpected
+    assert lost == 0 and duplicated == 0
+    assert left == [], "committed messages were not acknowledged"
+    assert not list((tmp_path / "state" / "v2" / "slices").glob("*/*.arrow")), "acknowledged slices were kept"
+
+
+@pytest.mark.parametrize("partitions", PARTITIONS)
+def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make_subscription, publish,
+                                                      tmp_path: Path, partitions):
+    n = scaled(2000, 20_000)
+    topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
+    ids = publish(topic, [row_body(i) for i in range(n)])
+    failed: dict[str, object] = {}
+
+    def fail_second(batch_id: int, got: list[str]) -> None:
+        if got:
+            failed["nonempty"] = int(failed.get("nonempty", 0)) + 1  # type: ignore[call-overload]
+            if failed["nonempty"] == 2 and "ids" not in failed:
+                failed["ids"], failed["batch"] = got, batch_id
+                raise RuntimeError("sink fails on purpose")
+
+    sink = BatchFileSink(tmp_path / "sink", before=fail_second)
+
+    def run():
+        return (_reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=400)
+                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+
+    q = run()
+    with pytest.raises(Exception, match="sink fails on purpose"):
+        q.awaitTermination(180)
+    assert failed.get("ids"), "the failing batch had messages"
+    # The failed batch's slices outlive the query; their leases lapse while no driver holds them.
+    time.sleep(DEADLINE + 1)
+
+    q = run()
+    try:
+        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
+                   query=q)
+        last = _settle(q)
+    finally:
+        q.stop()
+    got = sink.ids()
+    lost, duplicated, unexpected = tally(ids, got)
+    report(f"executors-failing-sink-{partitions}", published=n, lost=lost, duplicated=duplicated,
+           failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
+           replayed=last.get("batchesReplayed"), redeliveries_dropped=last.get("redeliveriesDropped"))
+    assert not unexpected
+    assert lost == 0 and duplicated == 0
+    replayed = [b for b, rows, _ in sink.calls if b == failed["batch"]]
+    assert replayed, "the failed batch was not run again"
+
+
+@pytest.mark.parametrize("partitions", PARTITIONS)
+def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path,
+                                            partitions):
+    n = scaled(2000, 10_000)
+    topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
+    ids = publish(topic, [row_body(i) for i in range(n)])
+    state = tmp_path / "state"
+    # The first task to pull something dies before it records its slice (an executor lost mid-pull).
+    from crdb_pubsub.source.slices.pull import KILL_NEXT_PULL
+
+    (state / "v2" / "slices").mkdir(parents=True)
+    marker = state / "v2" / "slices" / KILL_NEXT_PULL
+    marker.write_text("")
+    sink = BatchFileSink(tmp_path / "sink")
+
+    def run():
+        return (_reader(spark, emulator_host, sub, state, partitions, maxMessagesPerTrigger=500)
+                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+
+    q = run()
+    try:
+        q.awaitTermination(120)
+    except Exception:  # noqa: BLE001 - the task's death ends the query: checked below
+        pass
+    finally:
+        died = not q.isActive
+        if not died:
+            q.stop()
+    assert not marker.exists(), "no task pulled anything"
+    assert died and q.exception() is not None, "the query survived a task whose Python worker died (local mode does not retry)"
+    q = run()
+    try:
+        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
+                   query=q)
+        last = _settle(q)
+    finally:
+        q.stop()
+    got = sink.ids()
+    lost, duplicated, unexpected = tally(ids, got)
+    report(f"executors-task-killed-{partitions}", published=n, lost=lost, duplicated=duplicated,
+           redeliveries_dropped=last.get("redeliveriesDropped"))
+    assert not unexpected
+    assert lost == 0 and duplicated == 0
