@@ -22,6 +22,7 @@ _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P
 _TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")
 # Pub/Sub resource ids: 3-255 chars, start with a letter, then letters, digits and -_.~+%
 _RESOURCE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _PROJECT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-.:]{0,62}[A-Za-z0-9]$|^[A-Za-z0-9]$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9\-.]+):(\d{1,5})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -120,9 +121,9 @@ class SourceOptions(BaseModel):
         3600, ge=1, le=7 * 24 * 3600, description="stop extending a message's lease after this long (it is then "
         "redelivered)")
     stateDir: str | None = Field(
-        None, description="directory for exactly-once replay (see Guarantees); one per query. With "
-        "`receiver=executors` it is required and must be one directory that the driver and every executor reach "
-        "(a shared mount on a cluster)")
+        None, description="directory (a file system path, not a URL) for exactly-once replay (see Guarantees); one "
+        "per query. With `receiver=executors` it is required and must be one directory that the driver and every "
+        "executor reach (an NFS mount on a cluster: see Scaling out)")
     receiver: Literal["driver", "executors"] = Field(
         "driver", description="who pulls: `driver` (one receiver in the driver-side reader; batches travel to the "
         "executors inside the partitions) or `executors` (each task pulls its share, records it in `stateDir`, "
@@ -181,6 +182,12 @@ class SourceOptions(BaseModel):
     def _state_dir(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("expected a directory path")
+        if v is not None and _URL.match(v):
+            # The records rely on POSIX files (fsync, no-clobber links, locks); a URL would
+            # silently become a local directory named after its scheme.
+            raise ValueError(f"expected a file system path, not the URL {v!r}: object stores (gs://, s3a://) and "
+                             "hdfs:// are not supported; on a cluster use a shared mount that every node reaches "
+                             "(an NFS mount such as Filestore), or a local disk with receiver=driver")
         return v
 
     @field_validator("rowSchema")

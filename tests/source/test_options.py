@@ -70,3 +70,27 @@ def test_emulator_accepts_short_ack_deadlines_but_not_beyond_600(monkeypatch):
     with pytest.raises(OptionError, match="maxLeaseDurationSeconds"):
         parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "60",
                        "maxLeaseDurationSeconds": "30"})
+
+
+def test_executors_receiver_needs_a_state_dir(monkeypatch):
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match="receiver=executors needs stateDir"):
+        parse_options({"subscription": SUB, "receiver": "executors"})
+    opts = parse_options({"subscription": SUB, "receiver": "Executors", "stateDir": "/tmp/s"})
+    assert opts.receiver == "executors"
+
+
+def test_unknown_receiver_names_the_accepted_values(monkeypatch):
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match="receiver.*driver.*executors"):
+        parse_options({"subscription": SUB, "receiver": "workers"})
+
+
+@pytest.mark.parametrize("receiver", ["driver", "executors"])
+@pytest.mark.parametrize("url", ["gs://bucket/state", "hdfs:///user/x/state", "s3a://b/state"])
+def test_state_dir_urls_fail_fast(monkeypatch, receiver, url):
+    """A user on a cluster reaches for gs://; the stateDir is a file system path (a shared mount),
+    and a URL must not silently become a local directory named 'gs:'."""
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match="stateDir.*mount"):
+        parse_options({"subscription": SUB, "receiver": receiver, "stateDir": url})
