@@ -1,6 +1,6 @@
 """Benchmark: the connector draining a backlog vs. a plain google-cloud-pubsub pull loop.
 
-One emulator, one topic, two subscriptions holding the same backlog (default 50,000 realistic
+One emulator, one topic, one subscription per run holding the same backlog (default 50,000 realistic
 changefeed messages). Measured in the same run:
 
   (a) baseline: synchronous Pull (1,000 messages) + Acknowledge in a loop until the backlog is gone;
@@ -9,6 +9,9 @@ changefeed messages). Measured in the same run:
       Reported twice: *cold* (the session's first query, which also pays for starting and
       importing Spark's Python workers) and *warm* (after a 2,000-message warm-up query, as every
       query but the first one in a long-lived session, and every batch of a long-running stream).
+  (c) the connector with ``receiver=executors`` (the tasks pull and record their slices in a
+      stateDir; the driver plans and acknowledges), warm, ``numPartitions`` = the machine's cores:
+      its ratio to (a), and the driver's CPU per message, which no longer grows with the messages.
 
 How the receiver pulls, measured without Spark on the same backlog:
 
@@ -257,6 +260,8 @@ def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: 
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
         for k, v in options.items():
             reader = reader.option(k, v)
+        if options.get("receiver") == "executors" and "stateDir" not in options:
+            reader = reader.option("stateDir", os.path.join(tmp, "state"))
         df = reader.load()
         t0 = time.perf_counter()
         q = df.writeStream.format("noop").option("checkpointLocation", os.path.join(tmp, "chk")).trigger(availableNow=True).start()
@@ -293,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         _, sub_cold = create_topic_and_subscription(host, PROJECT, "bench", "bench-cold", ack_deadline_seconds=60, exist_ok=True)
         _, sub_r = create_topic_and_subscription(host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True)
         _, sub_s = create_topic_and_subscription(host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True)
+        _, sub_c = create_topic_and_subscription(host, PROJECT, "bench", "bench-executors", ack_deadline_seconds=60, exist_ok=True)
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
         _publish(host, topic, bodies)
@@ -320,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
         b, rows, batches, drv, exe = connector(spark, host, sub_b, len(bodies), options, cpu)
         spark_jvm, emulator_jvm = cpu.last_jvms
+        # (c): the same backlog pulled by the tasks (receiver=executors), after its own warm-up.
+        ex_options = {**options, "receiver": "executors"}
+        ex_options.setdefault("numPartitions", str(os.cpu_count() or 2))
+        xtopic, xsub = create_topic_and_subscription(host, PROJECT, "warmup-ex", "warmup-ex-sub", ack_deadline_seconds=60)
+        _publish(host, xtopic, bodies[:warm_n])
+        _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
+        c, rows_c, batches_c, drv_c, exe_c = connector(spark, host, sub_c, len(bodies), ex_options, cpu)
         cpu.stop()
         spark.stop()
 
@@ -338,9 +351,15 @@ def main(argv: list[str] | None = None) -> int:
           f"query; cold query {cold_exe:.2f} s, {cold_exe / max(1, cold_rows) * 1e6:.1f} us per message)")
     print(f"    other CPU over the warm query: Spark JVM {spark_jvm:.2f} s, emulator {emulator_jvm:.2f} s "
           f"(wall {b:.2f} s on {os.cpu_count()} cores shared with whatever else runs)")
+    rate_c = rows_c / c
+    print(f"(c) crdb_pubsub receiver=executors   : {c:7.2f} s  {rate_c:9,.0f} msg/s  ({rows_c:,} rows, {batches_c} batches, "
+          f"numPartitions {ex_options['numPartitions']}; ratio (c)/(a) = {rate_c / rate_a:.2f})")
+    print(f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
+          f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
+          f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks)")
     print(f"ratio (b)/(a) warm = {rate_b / rate_a:.2f}, cold = {rate_cold / rate_a:.2f}  (goal >= 0.8)")
-    if rows != len(bodies) or cold_rows != len(bodies):
-        print(f"WARNING: connector produced {rows}/{cold_rows} rows for {len(bodies)} messages")
+    if rows != len(bodies) or cold_rows != len(bodies) or rows_c != len(bodies):
+        print(f"WARNING: connector produced {rows}/{cold_rows}/{rows_c} rows for {len(bodies)} messages")
         return 1
     return 0
 

@@ -106,8 +106,9 @@ class SourceOptions(BaseModel):
         None, ge=1024, le=1 << 40, description="at most this many body bytes per micro-batch (`64MB`, `1GiB` "
         "accepted)", json_schema_extra={"shown_default": "unlimited"})
     numPartitions: int | None = Field(
-        None, ge=1, le=10_000, description="Spark partitions (executor tasks) per micro-batch",
-        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8"})
+        None, ge=1, le=10_000, description="Spark partitions (executor tasks) per micro-batch; with "
+        "`receiver=executors`, the parallel pullers (set it to the executors' cores)",
+        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8; executors: 2, or 1 per subscription"})
     maxOutstandingMessages: int = Field(
         50_000, ge=1, le=10_000_000, description="flow control: messages held (buffered or in an unacknowledged "
         "batch); pulling pauses at the bound")
