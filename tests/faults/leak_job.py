@@ -18,6 +18,7 @@ def main() -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--credentials-json-file")
     ap.add_argument("--credentials-file")
+    ap.add_argument("--receiver", default="driver")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.pop("PUBSUB_EMULATOR_HOST", None)
@@ -36,6 +37,8 @@ def main() -> int:
             r = r.option("credentialsJson", fh.read())
     else:
         r = r.option("credentialsFile", args.credentials_file)
+    if args.receiver != "driver":
+        r = r.option("receiver", args.receiver).option("stateDir", args.checkpoint + "-state")
     df = r.load()
     print("PLAN", df._jdf.queryExecution().toString(), flush=True)
     df.explain(extended=True)

@@ -139,19 +139,45 @@ def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, ca
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("how", ["credentialsJson", "credentialsFile"])
-def test_spark_driver_output_and_plans_hide_credentials(tmp_path, how):
+@pytest.mark.parametrize("how, receiver", [("credentialsJson", "driver"), ("credentialsFile", "driver"),
+                                           ("credentialsJson", "executors")])
+def test_spark_driver_output_and_plans_hide_credentials(tmp_path, how, receiver):
     """A real Spark driver (own process, INFO logs): plan strings, the failed query's exception
     and everything on its stdout/stderr are free of key material."""
     info, path, needles = _throwaway_key(tmp_path)
     job = Path(__file__).with_name("leak_job.py")
-    cmd = [sys.executable, str(job), "--subscription", SUB, "--checkpoint", str(tmp_path / "chk")]
+    cmd = [sys.executable, str(job), "--subscription", SUB, "--checkpoint", str(tmp_path / "chk"),
+           "--receiver", receiver]
     cmd += ["--credentials-json-file", str(path)] if how == "credentialsJson" else ["--credentials-file", str(path)]
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     text = out.stdout + out.stderr
     assert "PLAN" in out.stdout and "QUERY FAILED" in out.stdout, text[-3000:]
-    _assert_clean(text, needles, f"the Spark driver's output ({how})")
+    _assert_clean(text, needles, f"the Spark driver's output ({how}, receiver={receiver})")
+
+
+@pytest.mark.parametrize("receiver", ["driver", "executors"])
+def test_serialised_tasks_carry_credentials_only_when_tasks_pull(tmp_path, receiver):
+    """What Spark ships to executors: with receiver=driver no credentials at all; with
+    receiver=executors the tasks pull, so the reader carries them, but the partitions, the slice
+    orders and every repr stay free of key material."""
+    from pyspark import cloudpickle
+
+    from crdb_pubsub.source.datasource import CrdbPubSubStreamReader, SlicePartition
+    from crdb_pubsub.source.slices.pull import SliceOrder
+
+    info, _, needles = _throwaway_key(tmp_path)
+    opts = parse_options({"subscription": SUB, "credentialsJson": json.dumps(info), "receiver": receiver,
+                          "stateDir": str(tmp_path / "state")})
+    reader = CrdbPubSubStreamReader(opts, None)  # type: ignore[arg-type]
+    shipped = cloudpickle.loads(cloudpickle.dumps(reader))
+    carries = shipped._options.credential_kwargs()["credentials_json"] is not None
+    assert carries == (receiver == "executors")
+    order = SliceOrder(batch_id=1, index=0, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20, seconds=1.0)
+    part = SlicePartition(1, 0, order, None)
+    for what, text in [("options", repr(shipped._options) + str(shipped._options)), ("partition", repr(part)),
+                       ("order", repr(order)), ("pickled order", repr(cloudpickle.dumps(part)))]:
+        _assert_clean(text, needles, what)
 
 
 # ----------------------------------------------------------------------------- option validation
