@@ -1,5 +1,7 @@
 """What must hold on every Spark version the README claims (4.0, 4.1, 4.2, 4.3), end to end on
-the emulator: an AvailableNow drain, a failing sink then a restart, a SIGKILL then a restart.
+the emulator: an AvailableNow drain, a failing sink then a restart, a SIGKILL then a restart; the
+drain and the SIGKILL with either receiver (``receiver=executors`` plans and commits through the
+same offset calls, so Spark's call order matters to it the same way).
 
 On Spark 4.0/4.1 Trigger.AvailableNow runs as a single batch and Spark tells the source of that
 batch's commit only at the next run's first call, so the drain is two runs there: the second
@@ -55,9 +57,10 @@ def _parquet_ids(out: Path) -> list[str]:
     return [m for f in files for m in pq.read_table(f, columns=["message_id"]).column(0).to_pylist()]
 
 
-def _run_job(host: str, sub: str, tmp: Path, *, available_now: bool, max_per_trigger: int = 0, timeout: float = 300):
+def _run_job(host: str, sub: str, tmp: Path, *, available_now: bool, max_per_trigger: int = 0, timeout: float = 300,
+             receiver: str = "driver"):
     cmd = job_command(host, sub, tmp, state=True, available_now=available_now, ack_deadline=ACK_DEADLINE,
-                      max_per_trigger=max_per_trigger)
+                      max_per_trigger=max_per_trigger, receiver=receiver)
     return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -71,16 +74,16 @@ def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
     return out
 
 
-def _drain(host: str, sub: str, tmp: Path) -> None:
+def _drain(host: str, sub: str, tmp: Path, receiver: str = "driver") -> None:
     """Trigger.AvailableNow until the backlog is read and acknowledged (see the module docstring):
     one run on 4.2+; on 4.0/4.1 runs until one reads nothing new, since each run acknowledges the
     previous run's batch and its own batch waits for the next run."""
     if not SINGLE_BATCH_AVAILABLE_NOW:
-        _finish(_run_job(host, sub, tmp, available_now=True))
+        _finish(_run_job(host, sub, tmp, available_now=True, receiver=receiver))
         return
     before = -1
     for _ in range(6):
-        _finish(_run_job(host, sub, tmp, available_now=True))
+        _finish(_run_job(host, sub, tmp, available_now=True, receiver=receiver))
         now = len(_parquet_ids(tmp / "out"))
         print(f"single-batch AvailableNow run: {now} rows written so far")
         if now == before:
@@ -89,14 +92,18 @@ def _drain(host: str, sub: str, tmp: Path) -> None:
     raise AssertionError(f"six single-batch AvailableNow runs kept reading ({before} rows written)")
 
 
-def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path):
+RECEIVERS = ["driver", "executors"]
+
+
+@pytest.mark.parametrize("receiver", RECEIVERS)
+def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path, receiver):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids = publish(topic, [body(i) for i in range(2000)])
-    _drain(emulator_host, sub, tmp_path)
+    _drain(emulator_host, sub, tmp_path, receiver)
     lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
     time.sleep(ACK_DEADLINE + 1)
     left = pull_ids(emulator_host, sub, timeout=2.0)
-    print(f"FAULT-RESULT spark={pyspark.__version__} available-now lost={lost} duplicated={duplicated} left={len(left)}")
+    print(f"FAULT-RESULT spark={pyspark.__version__} available-now receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}")
     assert (lost, duplicated, len(left)) == (0, 0, 0)
 
 
@@ -139,10 +146,11 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
     assert (lost, duplicated) == (0, 0)
 
 
-def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, publish, tmp_path):
+@pytest.mark.parametrize("receiver", RECEIVERS)
+def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, publish, tmp_path, receiver):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids = publish(topic, [body(i) for i in range(3000)])
-    first = _run_job(emulator_host, sub, tmp_path, available_now=False, max_per_trigger=250)
+    first = _run_job(emulator_host, sub, tmp_path, available_now=False, max_per_trigger=250, receiver=receiver)
     commits = tmp_path / "chk" / "commits"
 
     def committed() -> int:
@@ -158,9 +166,9 @@ def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, p
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
     time.sleep(ACK_DEADLINE + 1)  # what the dead driver held comes back
-    _drain(emulator_host, sub, tmp_path)
+    _drain(emulator_host, sub, tmp_path, receiver)
     lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
     time.sleep(ACK_DEADLINE + 1)
     left = pull_ids(emulator_host, sub, timeout=2.0)
-    print(f"FAULT-RESULT spark={pyspark.__version__} sigkill-stateDir lost={lost} duplicated={duplicated} left={len(left)}")
+    print(f"FAULT-RESULT spark={pyspark.__version__} sigkill-stateDir receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}")
     assert (lost, duplicated, len(left)) == (0, 0, 0)
