@@ -166,9 +166,10 @@ class Ledger:
             for bid in batch_ids:
                 (self._dir / "batches" / f"{bid:020d}.arrow").unlink(missing_ok=True)
 
-    def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]]) -> None:
-        """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id)."""
-        if rows:
+    def committed(self, batch_id: int, rows: "Sequence[tuple[str, str, str]] | pa.Table") -> None:
+        """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id),
+        as tuples or as a table of those three string columns."""
+        if len(rows):
             self._write_acked(self._dir / "acked" / f"{batch_id:020d}.arrow", rows)
         with self._lock:
             if self._fd is None:
@@ -177,11 +178,15 @@ class Ledger:
                 if int(p.stem) <= batch_id:
                     p.unlink(missing_ok=True)
 
-    def _write_acked(self, path: Path, rows: Sequence[tuple[str, str, str]]) -> None:
+    def _write_acked(self, path: Path, rows: "Sequence[tuple[str, str, str]] | pa.Table") -> None:
         """(sub, message id, ack id) rows, stamped with the wall time of their acknowledgement."""
-        subs, mids, acks = (list(col) for col in zip(*rows))
-        table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
-                         schema=ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())}))
+        schema = ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())})
+        if isinstance(rows, pa.Table):
+            table = pa.Table.from_arrays(rows.columns, schema=schema)
+        else:
+            subs, mids, acks = (list(col) for col in zip(*rows))
+            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()),
+                              pa.array(acks, pa.string())], schema=schema)
         self._write_table(path, table, table.schema)
 
     def answered(self, batch_id: int, unconfirmed: Sequence[tuple[str, str, str]]) -> None:
