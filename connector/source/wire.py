@@ -8,7 +8,7 @@ serialised once when it is sealed, and the executors read it back without copyin
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 
@@ -41,6 +41,33 @@ def messages_batch(
         ],
         schema=MESSAGE_SCHEMA,
     )
+
+
+def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
+    """``(ack ids, message ids, columns)`` of one Pull response's messages, in their order.
+
+    ``response`` is a ``PullResponse``, raw protobuf or the generated client's proto-plus wrapper
+    (unwrapped first: reading fields through the wrapper costs far more).
+    """
+    pb = type(response).pb(response) if hasattr(type(response), "pb") else response
+    rms = pb.received_messages
+    ack_ids = [rm.ack_id for rm in rms]
+    msgs = [rm.message for rm in rms]
+    mids = [m.message_id for m in msgs]
+    batch = messages_batch(
+        [m.data for m in msgs], mids,
+        [m.publish_time.seconds * 1_000_000 + m.publish_time.nanos // 1000 for m in msgs],
+        [list(m.attributes.items()) if m.attributes else None for m in msgs],
+        [m.ordering_key or None for m in msgs],
+    )
+    return ack_ids, mids, batch
+
+
+def largest_body(batch: pa.RecordBatch) -> int:
+    """The size in bytes of the largest body in ``batch`` (0 when empty)."""
+    import pyarrow.compute as pc
+
+    return int(pc.max(pc.binary_length(batch.column(0))).as_py() or 0)
 
 
 def _write(sink: pa.NativeFile, table: pa.Table | pa.RecordBatch) -> None:

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ..metrics import Counters
 from ..transport import AckResult, Rpc
-from ..wire import messages_batch
+from ..wire import largest_body, pulled_batch
 from .acker import ACK, NACK, Acker, Job
 from .chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
 from .flow import FlowControl, Reservation
@@ -174,27 +174,16 @@ class Receiver:
 
     def accept(self, sub: str, response: Any, reservation: Reservation, puller: int = 0) -> None:
         """Sort one Pull response's messages and hold the new ones (``puller``: its slot)."""
-        pb = type(response).pb(response) if hasattr(type(response), "pb") else response
-        rms = pb.received_messages
         now = self._clock()
-        if not rms:
+        ack_ids, mids, batch = pulled_batch(response)  # for all messages: nearly every one is new
+        if not mids:
             self.flow.cancel(reservation)
             self._answer(sub, puller, now, None)
             return
-        ack_ids = [rm.ack_id for rm in rms]
-        msgs = [rm.message for rm in rms]
-        mids = [m.message_id for m in msgs]
         if self._stopping.is_set():
             self.flow.cancel(reservation)
             self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
             return
-        # Built before taking the lock, for all messages: nearly every message is new.
-        batch = messages_batch(
-            [m.data for m in msgs], mids,
-            [m.publish_time.seconds * 1_000_000 + m.publish_time.nanos // 1000 for m in msgs],
-            [list(m.attributes.items()) if m.attributes else None for m in msgs],
-            [m.ordering_key or None for m in msgs],
-        )
         refreshed: list[str] = []
         dropped: list[str] = []
         new: list[Chunk] = []
@@ -236,7 +225,7 @@ class Receiver:
             self._cond.notify_all()
         n_new, nbytes = total(new)
         # Every message of the response tells how large messages are, new or not.
-        self.flow.settle(reservation, n_new, nbytes, max(len(m.data) for m in msgs))
+        self.flow.settle(reservation, n_new, nbytes, largest_body(batch))
         self.counters.add("received", n_new)
         self.counters.add("redeliveredWhileHeld", len(refreshed))
         self.counters.add("redeliveriesDropped", len(dropped))

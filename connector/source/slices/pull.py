@@ -17,10 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..transport import Backoff, Rpc, is_transient
-from ..wire import MESSAGE_SCHEMA, messages_batch
+from ..wire import MESSAGE_SCHEMA, pulled_batch
 from .store import SLICE_SCHEMA, SliceInfo, SliceStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,7 +113,7 @@ class _Pulled:
         self.drained = False
         self.handed_back = 0
         self.pulled_at: float | None = None
-        self.seen: set[tuple[str, str]] = set()
+        self.seen: dict[str, set[str]] = {}  # message ids by subscription
 
     def table(self) -> pa.Table:
         if not self.batches:
@@ -125,8 +127,6 @@ class _Pulled:
         oldest = None
         if self.kept:
             publish = pa.chunked_array([b.column(2) for b in self.batches])
-            import pyarrow.compute as pc
-
             keep = pa.array(self.keep, pa.bool_())
             oldest = pc.min(pc.filter(publish, keep)).as_py()
         return SliceInfo(rows=self.rows, kept=self.kept, drained=self.drained, oldest_us=oldest,
@@ -202,52 +202,57 @@ def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float) -> Any:
 
 def _accept(rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled) -> bool:
     """Add one answer's messages; False when ``sub`` has nothing more for this slice."""
-    pb = type(response).pb(response) if hasattr(type(response), "pb") else response
-    rms = pb.received_messages
-    if not rms:
+    ack_ids, mids, batch = pulled_batch(response)
+    if not mids:
         return False
-    ack_ids = [rm.ack_id for rm in rms]
-    msgs = [rm.message for rm in rms]
-    publish = [m.publish_time.seconds * 1_000_000 + m.publish_time.nanos // 1000 for m in msgs]
-    take = list(range(len(msgs)))
+    publish = batch.column(2).to_numpy()
+    sizes = pc.binary_length(batch.column(0)).to_numpy()
+    take = np.arange(len(mids))
     back: list[str] = []
     if order.cutoff_us is not None:
-        back = [ack_ids[i] for i in take if publish[i] > order.cutoff_us]
-        take = [i for i in take if publish[i] <= order.cutoff_us]
+        later = publish > order.cutoff_us
+        if later.any():
+            back = [ack_ids[i] for i in np.flatnonzero(later)]
+            take = np.flatnonzero(~later)
     # The byte share: what does not fit goes back (at least one message, so a large one moves).
     room = order.max_bytes - out.kept_bytes
-    fits: list[int] = []
-    for i in take:
-        size = len(msgs[i].data)
-        if fits and size > room:
-            back.append(ack_ids[i])
-            continue
-        fits.append(i)
-        room -= size
+    if len(take) and int(sizes[take].sum()) > room:
+        fits: list[int] = []
+        for i in take.tolist():
+            size = int(sizes[i])
+            if fits and size > room:
+                back.append(ack_ids[i])
+                continue
+            fits.append(i)
+            room -= size
+        take = np.array(fits, dtype=np.int64)
     if back:
         rpc.modify_ack_deadline(sub, back, 0, total=5.0)
         out.handed_back += len(back)
-    if fits:
+    if len(take):
+        if len(take) < len(mids):
+            batch = batch.take(pa.array(take))
+            mids = [mids[i] for i in take.tolist()]
+            ack_ids = [ack_ids[i] for i in take.tolist()]
         drop = order.drop.get(sub, frozenset())
-        mids = [msgs[i].message_id for i in fits]
-        out.batches.append(messages_batch(
-            [msgs[i].data for i in fits], mids, [publish[i] for i in fits],
-            [list(msgs[i].attributes.items()) if msgs[i].attributes else None for i in fits],
-            [msgs[i].ordering_key or None for i in fits]))
-        for i, mid in zip(fits, mids):
-            # A message delivered before (in a batch of an earlier process, or twice to this task)
-            # is recorded to be acknowledged with its new ack id, not yielded again.
-            keep = mid not in drop and (sub, mid) not in out.seen
-            out.seen.add((sub, mid))
-            out.subs.append(sub)
-            out.ack_ids.append(ack_ids[i])
-            out.keep.append(keep)
-            out.rows += 1
-            if keep:
-                out.kept += 1
-                out.kept_bytes += len(msgs[i].data)
+        seen = out.seen.setdefault(sub, set())
+        # A message delivered before (in a batch of an earlier process, or twice to this task)
+        # is recorded to be acknowledged with its new ack id, not yielded again.
+        keep: list[bool] = []
+        for mid in mids:
+            keep.append(mid not in drop and mid not in seen)
+            seen.add(mid)
+        n_kept = sum(keep)
+        out.batches.append(batch)
+        out.subs.extend([sub] * len(mids))
+        out.ack_ids.extend(ack_ids)
+        out.keep.extend(keep)
+        out.rows += len(mids)
+        out.kept += n_kept
+        kept_sizes = sizes[take]
+        out.kept_bytes += int(kept_sizes.sum()) if n_kept == len(mids) else int(kept_sizes[np.array(keep)].sum())
     # An answer of only later messages: this subscription is drained for the run.
-    return bool(take)
+    return bool(len(take))
 
 
 _RPCS: dict[tuple, Rpc] = {}
