@@ -156,3 +156,29 @@ def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscript
            redeliveries_dropped=last.get("redeliveriesDropped"))
     assert not unexpected
     assert lost == 0 and duplicated == 0
+
+
+def test_idle_subscription_runs_empty_batches_then_picks_up_traffic(spark, emulator_host, make_subscription, publish,
+                                                                    tmp_path: Path):
+    """A processing-time trigger on an empty subscription: each batch's tasks find nothing and the
+    stream keeps going (empty batches), and what is published later arrives, once."""
+    topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
+    sink = BatchFileSink(tmp_path / "sink")
+    q = (_reader(spark, emulator_host, sub, tmp_path / "state", 2)
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(processingTime="0 seconds").start())
+    try:
+        wait_until(lambda: len(sink.calls) >= 3, 120, what="three empty batches on the idle subscription", query=q)
+        assert sink.ids() == []
+        ids = publish(topic, [row_body(i) for i in range(200)])
+        wait_until(lambda: set(ids) <= set(sink.ids()), 120, what="the messages published later", query=q)
+        last = _settle(q)
+    finally:
+        q.stop()
+    lost, duplicated, unexpected = tally(ids, sink.ids())
+    empty = len([c for c in sink.calls if not c[1]])
+    report("executors-idle-then-traffic", published=len(ids), lost=lost, duplicated=duplicated, empty_batches=empty,
+           acknowledged=last.get("acknowledged"))
+    assert not unexpected
+    assert lost == 0 and duplicated == 0
+    assert empty >= 3
