@@ -33,6 +33,19 @@ ACK_DEADLINE = 5
 SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
+def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool, **job: object) -> list[str]:
+    """An AvailableNow run on the same checkpoint that must succeed; every message id in the sink."""
+    final = _start(host, sub, tmp, log, state=state, available_now=True, **job)
+    try:
+        final.wait(timeout=300)
+    finally:
+        if final.poll() is None:
+            os.killpg(final.pid, signal.SIGKILL)
+            final.wait(30)
+    assert final.returncode == 0, _tail(log)
+    return sink_column(tmp / "out")["message_id"].to_pylist()
+
+
 def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool,
            **job: object) -> subprocess.Popen:
     cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE, **job)
@@ -110,16 +123,7 @@ def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_p
 
     # What the last victim held comes back once its leases lapse; then drain the rest.
     time.sleep(ACK_DEADLINE + 2)
-    final = _start(emulator_host, sub, tmp_path, log, state=state, available_now=True)
-    try:
-        final.wait(timeout=300)
-    finally:
-        if final.poll() is None:
-            os.killpg(final.pid, signal.SIGKILL)
-            final.wait(30)
-    assert final.returncode == 0, _tail(log)
-
-    got = sink_column(tmp_path / "out")["message_id"].to_pylist()
+    got = _final_drain(emulator_host, sub, tmp_path, log, state=state)
     lost, duplicated, unexpected = tally(published, got)
     report(
         "driver-sigkill" + ("-stateDir" if state else "-no-stateDir"),
@@ -153,16 +157,7 @@ def test_executors_receiver_driver_sigkill(emulator_host, make_subscription, tmp
         kills.append(_kill_at(proc, mode, rng, tmp_path, log))
 
     time.sleep(ACK_DEADLINE + 2)
-    final = _start(emulator_host, sub, tmp_path, log, state=True, available_now=True, **job)
-    try:
-        final.wait(timeout=300)
-    finally:
-        if final.poll() is None:
-            os.killpg(final.pid, signal.SIGKILL)
-            final.wait(30)
-    assert final.returncode == 0, _tail(log)
-
-    got = sink_column(tmp_path / "out")["message_id"].to_pylist()
+    got = _final_drain(emulator_host, sub, tmp_path, log, state=True, **job)
     lost, duplicated, unexpected = tally(published, got)
     report(f"driver-sigkill-executors-{partitions}", published=len(published), lost=lost, duplicated=duplicated,
            kills=len(kills), kill_points=kills, sink_rows=len(got), seed=SEED)

@@ -38,6 +38,19 @@ def _settle(q, timeout: float = 60) -> dict:
         return sampler.last()
 
 
+def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple[dict, int, int, list[str]]:
+    """Start the query again, wait until every id is in the sink and acknowledged; (last metrics,
+    lost, duplicated, unexpected)."""
+    q = run()
+    try:
+        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
+                   query=q)
+        last = _settle(q)
+    finally:
+        q.stop()
+    return (last, *tally(ids, sink.ids()))
+
+
 @pytest.mark.parametrize("partitions", PARTITIONS)
 def test_available_now_drains_the_backlog(spark, emulator_host, make_subscription, publish, tmp_path: Path,
                                           partitions):
@@ -95,15 +108,7 @@ def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make
     # The failed batch's slices outlive the query; their leases lapse while no driver holds them.
     time.sleep(DEADLINE + 1)
 
-    q = run()
-    try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
-                   query=q)
-        last = _settle(q)
-    finally:
-        q.stop()
-    got = sink.ids()
-    lost, duplicated, unexpected = tally(ids, got)
+    last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
     report(f"executors-failing-sink-{partitions}", published=n, lost=lost, duplicated=duplicated,
            failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
            replayed=last.get("batchesReplayed"), redeliveries_dropped=last.get("redeliveriesDropped"))
@@ -143,15 +148,7 @@ def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscript
             q.stop()
     assert not marker.exists(), "no task pulled anything"
     assert died and q.exception() is not None, "the query survived a task whose Python worker died (local mode does not retry)"
-    q = run()
-    try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
-                   query=q)
-        last = _settle(q)
-    finally:
-        q.stop()
-    got = sink.ids()
-    lost, duplicated, unexpected = tally(ids, got)
+    last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
     report(f"executors-task-killed-{partitions}", published=n, lost=lost, duplicated=duplicated,
            redeliveries_dropped=last.get("redeliveriesDropped"))
     assert not unexpected
