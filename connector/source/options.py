@@ -251,6 +251,12 @@ class SourceOptions(BaseModel):
         return self.emulatorHost or os.environ.get("PUBSUB_EMULATOR_HOST") or None
 
     @property
+    def endpoint_description(self) -> str:
+        """Where Pub/Sub is, for error messages (never credentials)."""
+        host = self.effective_emulator_host
+        return f"the emulator at {host}" if host else (self.endpoint or "pubsub.googleapis.com")
+
+    @property
     def subscription_paths(self) -> list[str]:
         """Full ``projects/P/subscriptions/S`` paths, in the order given."""
         out = []

@@ -444,16 +444,13 @@ def _chunks_of(table: pa.Table) -> list[Chunk]:
 def _make_receiver(options: "SourceOptions", counters: Counters) -> Receiver:
     from . import transport
 
-    host = options.effective_emulator_host
-    credentials = transport.load_credentials(**options.credential_kwargs())
-    client = transport.subscriber_client(host, credentials, endpoint=options.endpoint)
     return Receiver(
-        transport.Rpc(client),
+        transport.rpc_for(options),
         options.subscription_paths,
         lease_seconds=options.ackDeadlineSeconds,
         max_lease_seconds=options.maxLeaseDurationSeconds,
         max_messages=options.maxOutstandingMessages,
         max_bytes=options.maxOutstandingBytes,
-        endpoint_description=f"the emulator at {host}" if host else (options.endpoint or "pubsub.googleapis.com"),
+        endpoint_description=options.endpoint_description,
         counters=counters,
     )

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from google.auth.credentials import Credentials
     from google.pubsub_v1 import PublisherClient, SubscriberClient
 
+    from .options import SourceOptions
+
 log = logging.getLogger("crdb_pubsub.transport")
 
 SCOPES = ("https://www.googleapis.com/auth/pubsub",)
@@ -371,6 +373,12 @@ def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None
             raise gexc.from_grpc_error(exc) from exc
 
     return pull
+
+
+def rpc_for(options: "SourceOptions") -> Rpc:
+    """The :class:`Rpc` the options describe: their endpoint (or emulator) and credentials."""
+    credentials = load_credentials(**options.credential_kwargs())
+    return Rpc(subscriber_client(options.effective_emulator_host, credentials, endpoint=options.endpoint))
 
 
 def group_by_subscription(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:

@@ -39,7 +39,7 @@ from ..receiver.acker import ACK, Acker, Job
 from ..receiver.chunks import DONE, Chunk
 from ..receiver.leaser import Leaser
 from ..stats import StatsServer
-from ..transport import AckResult, Rpc
+from ..transport import AckResult, Rpc, rpc_for
 from .pull import SliceOrder
 from .store import SliceInfo, SliceStore
 
@@ -107,13 +107,12 @@ class SlicePlanner(Planner):
         try:
             ledger.check_subscriptions(opts.subscription_paths)
             recovered = ledger.recover()
-            rpc = self._given_rpc or _make_rpc(opts)
-            endpoint = (f"the emulator at {opts.effective_emulator_host}" if opts.effective_emulator_host
-                        else opts.endpoint or "pubsub.googleapis.com")
+            rpc = self._given_rpc or rpc_for(opts)
             topics = opts.topic_paths
             for i, sub in enumerate(opts.subscription_paths):
                 self._deadlines[sub] = open_subscription(rpc, sub, topics[i] if topics else None, opts.filter,
-                                                         lease_seconds=opts.ackDeadlineSeconds, endpoint=endpoint)
+                                                         lease_seconds=opts.ackDeadlineSeconds,
+                                                         endpoint=opts.endpoint_description)
         except Exception:
             ledger.close()
             raise
@@ -383,14 +382,6 @@ def _chunks(table: "pa.Table") -> list[Chunk]:
         out.append(Chunk(sub, part.column("message_id").to_pylist(), part.column("ack_id").to_pylist(), None, 0, 0,
                          now))
     return out
-
-
-def _make_rpc(options: "SourceOptions") -> Rpc:
-    from .. import transport
-
-    credentials = transport.load_credentials(**options.credential_kwargs())
-    client = transport.subscriber_client(options.effective_emulator_host, credentials, endpoint=options.endpoint)
-    return Rpc(client)
 
 
 __all__ = ["SlicePlanner", "ReceiverError"]

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..transport import Backoff, Rpc, is_transient
+from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, pulled_batch
 from .store import SLICE_SCHEMA, SliceInfo, SliceStore
 
@@ -133,10 +133,7 @@ class _Pulled:
                          pulled_at=self.pulled_at or time.time(), handed_back=self.handed_back)
 
     def by_sub(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for s, a in zip(self.subs, self.ack_ids):
-            out.setdefault(s, []).append(a)
-        return out
+        return group_by_subscription(zip(self.subs, self.ack_ids))
 
     def hand_back(self, rpc: Rpc) -> None:
         for sub, ids in self.by_sub().items():
@@ -260,16 +257,12 @@ _RPCS: dict[tuple, Rpc] = {}
 
 def _rpc(options: "SourceOptions") -> Rpc:
     """One client per Python worker and endpoint (Spark reuses workers across tasks)."""
-    from .. import transport
-
     kwargs = options.credential_kwargs()
     key = (options.effective_emulator_host, options.endpoint, hash(kwargs["credentials_json"]),
            kwargs["credentials_file"])
     rpc = _RPCS.get(key)
     if rpc is None:
-        credentials = transport.load_credentials(**kwargs)
-        client = transport.subscriber_client(options.effective_emulator_host, credentials, endpoint=options.endpoint)
-        rpc = _RPCS[key] = Rpc(client)
+        rpc = _RPCS[key] = rpc_for(options)
     return rpc
 
 
