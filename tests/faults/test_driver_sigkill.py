@@ -33,6 +33,21 @@ ACK_DEADLINE = 5
 SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
+def _kill_rounds(host: str, topic: str, sub: str, tmp: Path, log: Path, rounds: int, per_round: int,
+                 rng: random.Random, *, state: bool, **job: object) -> tuple[list[str], list[str]]:
+    """``rounds`` times: publish ``per_round`` messages, start the job, SIGKILL it at a point of a
+    shuffled mix of pull/plan/ack; (every id published, where each kill landed)."""
+    modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
+    rng.shuffle(modes)
+    published: list[str] = []
+    kills: list[str] = []
+    for r, mode in enumerate(modes):
+        published += publish_many(host, topic, (row_body(i) for i in range(r * per_round, (r + 1) * per_round)))
+        proc = _start(host, sub, tmp, log, state=state, available_now=False, **job)
+        kills.append(_kill_at(proc, mode, rng, tmp, log))
+    return published, kills
+
+
 def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool, **job: object) -> list[str]:
     """An AvailableNow run on the same checkpoint that must succeed; every message id in the sink."""
     final = _start(host, sub, tmp, log, state=state, available_now=True, **job)
@@ -109,17 +124,9 @@ def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_p
     rounds = scaled(5, 12, "CRDB_PUBSUB_SIGKILL_ROUNDS")
     per_round = scaled(1000, 2500)
     rng = random.Random(SEED + (1 if state else 0))
-    modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
-    rng.shuffle(modes)
-
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     log = tmp_path / "job.log"
-    published: list[str] = []
-    kills: list[str] = []
-    for r, mode in enumerate(modes):
-        published += publish_many(emulator_host, topic, (row_body(i) for i in range(r * per_round, (r + 1) * per_round)))
-        proc = _start(emulator_host, sub, tmp_path, log, state=state, available_now=False)
-        kills.append(_kill_at(proc, mode, rng, tmp_path, log))
+    published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=state)
 
     # What the last victim held comes back once its leases lapse; then drain the rest.
     time.sleep(ACK_DEADLINE + 2)
@@ -143,18 +150,12 @@ def test_executors_receiver_driver_sigkill(emulator_host, make_subscription, tmp
     rounds = scaled(3, 6, "CRDB_PUBSUB_SIGKILL_ROUNDS")
     per_round = scaled(1000, 2500)
     rng = random.Random(SEED + 10 + partitions)
-    modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
-    rng.shuffle(modes)
     job = {"receiver": "executors", "num_partitions": partitions}
 
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     log = tmp_path / "job.log"
-    published: list[str] = []
-    kills: list[str] = []
-    for r, mode in enumerate(modes):
-        published += publish_many(emulator_host, topic, (row_body(i) for i in range(r * per_round, (r + 1) * per_round)))
-        proc = _start(emulator_host, sub, tmp_path, log, state=True, available_now=False, **job)
-        kills.append(_kill_at(proc, mode, rng, tmp_path, log))
+    published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=True,
+                                    **job)
 
     time.sleep(ACK_DEADLINE + 2)
     got = _final_drain(emulator_host, sub, tmp_path, log, state=True, **job)
