@@ -108,3 +108,91 @@ def test_take_always_moves_at_least_one_message():
     r = _receiver_with([_chunk([5000, 10])])
     got = r.take(max_bytes=1024)
     assert [m for c in got for m in c.message_ids] == ["0"]
+
+
+def _response(messages: list[dict]):
+    """A raw ``PullResponse`` of ``messages`` (dicts of ack_id, message_id and optional fields)."""
+    from google.pubsub_v1.types import pubsub
+
+    pb = pubsub.PullResponse.pb()()
+    for m in messages:
+        rm = pb.received_messages.add()
+        rm.ack_id = m["ack_id"]
+        rm.message.message_id = m["message_id"]
+        rm.message.data = m.get("data", b"body-" + m["message_id"].encode())
+        rm.message.publish_time.seconds = m.get("seconds", 1_700_000_000)
+        rm.message.publish_time.nanos = m.get("nanos", 0)
+        for k, v in m.get("attributes", {}).items():
+            rm.message.attributes[k] = v
+        if m.get("ordering_key"):
+            rm.message.ordering_key = m["ordering_key"]
+    return type(pb).FromString(pb.SerializeToString())  # parsed, as gRPC hands it over
+
+
+def test_pulled_batch_reads_every_field_of_every_message():
+    from crdb_pubsub.source.wire import MESSAGE_SCHEMA, pulled_batch
+
+    plain = [{"ack_id": f"a{i}", "message_id": str(i), "seconds": 1_700_000_000 + i, "nanos": 999_999 * i}
+             for i in range(5)]
+    mixed = [dict(m) for m in plain]
+    mixed[1]["attributes"] = {"TABLE_NAME": "orders", "x": "1"}
+    mixed[3]["ordering_key"] = "k3"
+    for messages in (plain, mixed):
+        ack_ids, mids, batch = pulled_batch(_response(messages))
+        assert batch.schema == MESSAGE_SCHEMA
+        assert ack_ids == [m["ack_id"] for m in messages] and mids == [m["message_id"] for m in messages]
+        assert batch.column("data").to_pylist() == [b"body-" + m["message_id"].encode() for m in messages]
+        assert batch.column("publish_us").to_pylist() == [
+            m["seconds"] * 1_000_000 + m["nanos"] // 1000 for m in messages]
+        assert [sorted(a) if a is not None else None for a in batch.column("attributes").to_pylist()] == [
+            sorted(m["attributes"].items()) if m.get("attributes") else None for m in messages]  # a map's order is Pub/Sub's
+        assert batch.column("ordering_key").to_pylist() == [m.get("ordering_key") for m in messages]
+    ack_ids, mids, batch = pulled_batch(_response([]))
+    assert (ack_ids, mids, batch.num_rows, batch.schema) == ([], [], 0, MESSAGE_SCHEMA)
+
+
+class _AnsweringRpc(Rpc):
+    """Confirms every acknowledgement and lease at once, records the acknowledged ids."""
+
+    def __init__(self) -> None:
+        super().__init__(object())
+        self.acked: list[str] = []
+
+    def acknowledge(self, subscription, ack_ids, *, total=None):
+        from crdb_pubsub.source.transport import AckResult
+
+        self.acked.extend(ack_ids)
+        return AckResult(confirmed=list(ack_ids))
+
+    def modify_ack_deadline(self, subscription, ack_ids, seconds, *, total=None):
+        from crdb_pubsub.source.transport import AckResult
+
+        return AckResult(confirmed=list(ack_ids))
+
+
+def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
+    from crdb_pubsub.source.receiver.flow import Reservation
+
+    rpc = _AnsweringRpc()
+    r = Receiver(rpc, ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
+    r._sub_deadline["s"] = 10
+    r.acker.start()
+    try:
+        r.accept("s", _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(4)]), Reservation(4, 0))
+        r.ack(r.take(max_messages=1))  # "0" acknowledged; "1".."3" stay held
+        assert r.acker.flush(5)
+        assert rpc.acked == ["a0"]
+        # A redelivery of "0" (acknowledged), of "2" (held: its new ack id replaces the old one),
+        # "5" twice in one response (one message, the newer ack id), and "4", new.
+        r.accept("s", _response([{"ack_id": "b0", "message_id": "0"}, {"ack_id": "b2", "message_id": "2"},
+                                 {"ack_id": "b5", "message_id": "5"}, {"ack_id": "c5", "message_id": "5"},
+                                 {"ack_id": "b4", "message_id": "4"}]), Reservation(5, 0))
+        assert r.counters.get("received") == 6
+        assert r.counters.get("redeliveredWhileHeld") == 2 and r.counters.get("redeliveriesDropped") == 1
+        taken = r.take()
+        assert [m for c in taken for m in c.message_ids] == ["1", "2", "3", "5", "4"]
+        r.ack(taken)
+        assert r.acker.flush(5)
+        assert sorted(rpc.acked) == sorted(["a0", "b0", "a1", "b2", "a3", "c5", "b4"])
+    finally:
+        r.shutdown(hand_back=False, within=1)

@@ -193,7 +193,10 @@ class Receiver:
             seen = self.history.seen(sub, mids, now)
             keep: list[int] = []
             first: dict[str, int] = {}
-            for i, mid in enumerate(mids):
+            # The usual response: all new, none held or remembered, no id twice. Checked and
+            # indexed by C loops; anything else is sorted message by message below.
+            usual = not any(seen) and held.keys().isdisjoint(mids) and len(set(mids)) == len(mids)
+            for i, mid in enumerate(() if usual else mids):
                 c = held.get(mid)
                 if c is not None:
                     c.refresh(mid, ack_ids[i])  # its newest ack id is the one that works now
@@ -206,14 +209,14 @@ class Receiver:
                 else:
                     first[mid] = i
                     keep.append(i)
-            if keep:
-                part = batch if len(keep) == len(mids) else batch.take(pa.array(keep, pa.int64()))
-                part_mids = mids if len(keep) == len(mids) else [mids[i] for i in keep]
-                part_acks = ack_ids if len(keep) == len(mids) else [ack_ids[i] for i in keep]
+            if usual or keep:
+                everything = usual or len(keep) == len(mids)
+                part = batch if everything else batch.take(pa.array(keep, pa.int64()))
+                part_mids = mids if everything else [mids[i] for i in keep]
+                part_acks = ack_ids if everything else [ack_ids[i] for i in keep]
                 new = self._split_by_scope(sub, part, part_mids, part_acks, now)
                 for c in new:
-                    for mid in c.message_ids:
-                        held[mid] = c
+                    held.update(dict.fromkeys(c.message_ids, c))
                     if c.state == LATER:
                         self._later.append(c)
                     else:

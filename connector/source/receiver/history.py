@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+_POWERS_OF_TEN = np.array([10**k for k in range(19)], np.int64)  # an id's digit count: how many are <= it
 MAX_GENERATIONS = 12  # per subscription and kind; lookups cost one binary search per generation
 
 
@@ -33,8 +34,13 @@ def _numeric(mids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """The ids as int64 where that is exact (digits only, no leading zero, < 10^18); the rest."""
     if not mids:
         return np.empty(0, np.int64), []
-    if "".join(mids).isdigit() and max(map(len, mids)) <= 18 and not any(m[0] == "0" and len(m) > 1 for m in mids):
-        return np.array(mids, dtype=np.int64), []
+    joined = "".join(mids)
+    if joined.isdigit() and max(map(len, mids)) <= 18:
+        nums = np.array(mids, dtype=np.int64)
+        # Canonical (no leading zero) exactly when each id has as many digits as characters; no id
+        # has more digits than characters, so comparing the totals checks them all at once.
+        if int(np.maximum(np.searchsorted(_POWERS_OF_TEN, nums, side="right"), 1).sum()) == len(joined):
+            return nums, []
     ok = [m for m in mids if m.isdigit() and len(m) <= 18 and (m[0] != "0" or len(m) == 1)]
     other = [m for m in mids if not (m.isdigit() and len(m) <= 18 and (m[0] != "0" or len(m) == 1))]
     return np.array(ok, dtype=np.int64), other
