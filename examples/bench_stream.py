@@ -13,6 +13,16 @@ changefeed messages). Measured in the same run:
       stateDir; the driver plans and acknowledges), warm, ``numPartitions`` = the machine's cores:
       its ratio to (a), and the driver's CPU per message, which no longer grows with the messages.
 
+  (a') the same loop, except that it holds what it pulls and acknowledges every 4,000 messages
+      (about one of the connector's batches here): the Pull/Acknowledge pattern of any consumer
+      that acknowledges only after its batch committed, without Spark or decoding. Against the
+      emulator this is the ceiling for (b): while any message is outstanding, the emulator's Pull
+      copies the subscription's whole backlog (``MessageBacklog.updateExpiredAckDeadlines``
+      rebuilds its set of undelivered messages), so draining a backlog of B messages in Pulls of
+      100 costs it O(B^2 / 100) while messages are held, and nothing while they are not; (a)
+      acknowledges each Pull before the next and never pays it. The real service does not work
+      this way (it answers a Pull with up to 1,000 messages, and holding is its normal case).
+
 How the receiver pulls, measured without Spark on the same backlog:
 
   (r) the connector's receiver alone: unary Pull (two pullers), flow control, leases, and an
@@ -192,6 +202,34 @@ def baseline(host: str, sub: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
+    """Seconds for (a'): the pull(1000) loop of :func:`baseline`, acknowledging every ``hold``
+    messages instead of every Pull (the messages stay outstanding until then)."""
+    from google.api_core import exceptions as gexc
+
+    from crdb_pubsub.emulator import subscriber_client
+
+    client = subscriber_client(host)
+    got = 0
+    held: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        while got < n:
+            try:
+                resp = client.pull(request={"subscription": sub, "max_messages": 1000}, timeout=5.0, retry=None)
+            except gexc.DeadlineExceeded:
+                continue
+            held.extend(rm.ack_id for rm in resp.received_messages)
+            got += len(resp.received_messages)
+            if held and (len(held) >= hold or got >= n):
+                for i in range(0, len(held), 2500):
+                    client.acknowledge(request={"subscription": sub, "ack_ids": held[i:i + 2500]})
+                held = []
+    finally:
+        client.close()
+    return time.perf_counter() - t0
+
+
 def receiver_alone(host: str, sub: str, n: int) -> float:
     """Seconds for the connector's receiver (no Spark) to take and acknowledge ``n`` messages."""
     from crdb_pubsub.source.receiver import Receiver
@@ -299,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         _, sub_r = create_topic_and_subscription(host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True)
         _, sub_s = create_topic_and_subscription(host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True)
         _, sub_c = create_topic_and_subscription(host, PROJECT, "bench", "bench-executors", ack_deadline_seconds=60, exist_ok=True)
+        _, sub_h = create_topic_and_subscription(host, PROJECT, "bench", "bench-held", ack_deadline_seconds=60, exist_ok=True)
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
         _publish(host, topic, bodies)
         print(f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
-              f"in {time.perf_counter() - t0:.1f} s to one topic with five subscriptions")
+              f"in {time.perf_counter() - t0:.1f} s to one topic with seven subscriptions")
         r = s_ = None
         if not args.skip_alone:
             r = receiver_alone(host, sub_r, len(bodies))
@@ -317,7 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         crdb_pubsub.register(spark)
         cpu = ProcCpu()
 
+        emulator_before = cpu.jvm_seconds()[1]
         a = baseline(host, sub_a, len(bodies))
+        emulator_a = cpu.jvm_seconds()[1] - emulator_before
+        a_held = held_baseline(host, sub_h, len(bodies))
+        emulator_a_held = cpu.jvm_seconds()[1] - emulator_before - emulator_a
         cold, cold_rows, cold_batches, cold_drv, cold_exe = connector(spark, host, sub_cold, len(bodies), options, cpu)
         # Warm-up on its own small backlog, then the measured run.
         wtopic, wsub = create_topic_and_subscription(host, PROJECT, "warmup", "warmup-sub", ack_deadline_seconds=60)
@@ -341,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)")
         print(f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)")
     print(f"(a) plain pull(1000)+ack loop        : {a:7.2f} s  {rate_a:9,.0f} msg/s")
+    rate_held = len(bodies) / a_held
+    print(f"(a') the loop, acknowledging per 4,000: {a_held:7.2f} s  {rate_held:9,.0f} msg/s  (holds, as ack-on-commit must; "
+          f"emulator CPU {emulator_a_held:.1f} s against {emulator_a:.1f} s for (a))")
     print(f"(b) crdb_pubsub AvailableNow, warm   : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({rows:,} rows decoded, {batches} batches)")
     print(f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session, "
           f"{cold_batches} batches)")
@@ -357,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
           f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
           f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks)")
+    print(f"against (a'), the emulator's ceiling for any consumer that holds messages until a commit: (a')/(a) = "
+          f"{rate_held / rate_a:.2f}; (b)/(a') warm = {rate_b / rate_held:.2f}, cold = {rate_cold / rate_held:.2f}")
     print(f"ratio (b)/(a) warm = {rate_b / rate_a:.2f}, cold = {rate_cold / rate_a:.2f}  (goal >= 0.8)")
     if rows != len(bodies) or cold_rows != len(bodies) or rows_c != len(bodies):
         print(f"WARNING: connector produced {rows}/{cold_rows}/{rows_c} rows for {len(bodies)} messages")
