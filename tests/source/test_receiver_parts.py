@@ -196,3 +196,21 @@ def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
         assert sorted(rpc.acked) == sorted(["a0", "b0", "a1", "b2", "a3", "c5", "b4"])
     finally:
         r.shutdown(hand_back=False, within=1)
+
+
+def test_body_lengths_read_from_offsets_match_pyarrow():
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from crdb_pubsub.source.wire import body_lengths, largest_body
+
+    bodies = pa.array([b"", b"abc", None, b"x" * 1000, b"12345"], pa.binary())
+    cases = [bodies, bodies.slice(1), bodies.slice(2, 2), bodies.slice(5), pa.chunked_array([bodies, bodies.slice(3)]),
+             pa.chunked_array([], pa.binary()), bodies.cast(pa.large_binary()).slice(1, 3)]
+    for arr in cases:
+        expected = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False) if len(arr) else np.empty(0)
+        assert body_lengths(arr).tolist() == expected.tolist()
+    batch = messages_batch([b"a" * n for n in (5, 50, 7)], ["1", "2", "3"], [1, 2, 3], [None] * 3, [None] * 3)
+    assert largest_body(batch) == 50 and largest_body(batch.slice(2)) == 7 and largest_body(batch.slice(3)) == 0
+    assert sizes_of(batch.slice(1)) == (57, 50) and sizes_of(batch.slice(0, 0)) == (0, 0)

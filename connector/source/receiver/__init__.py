@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ..metrics import Counters
 from ..transport import AckResult, Rpc
-from ..wire import largest_body, pulled_batch
+from ..wire import body_lengths, largest_body, pulled_batch
 from .acker import ACK, NACK, Acker, Job
 from .chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
 from .flow import FlowControl, Reservation
@@ -339,10 +339,8 @@ class Receiver:
 
     @staticmethod
     def _fit(c: Chunk, room: int) -> int:
-        import pyarrow.compute as pc
-
         assert c.batch is not None
-        cum = np.cumsum(pc.binary_length(c.batch.column(0)).to_numpy(zero_copy_only=False))
+        cum = np.cumsum(body_lengths(c.batch.column(0)))
         return int(np.searchsorted(cum, room, side="right"))
 
     def _split_head(self, c: Chunk, n: int) -> None:

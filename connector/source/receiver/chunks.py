@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from ..wire import body_lengths
 
 # States a chunk goes through (``Chunk.state``).
 BUFFERED = "buffered"  # waiting to be sealed into a batch
@@ -76,9 +77,9 @@ class Chunk:
         head_batch, tail_batch = self.batch.slice(0, n), self.batch.slice(n)
         out = []
         for part, lo, hi in ((head_batch, 0, n), (tail_batch, n, len(self))):
-            sizes = pc.binary_length(part.column(0))
-            c = Chunk(self.sub, self.message_ids[lo:hi], self.ack_ids[lo:hi], part,
-                      int(pc.sum(sizes).as_py() or 0), int(pc.max(sizes).as_py() or 0), self.first_received)
+            nbytes, largest = sizes_of(part)
+            c = Chunk(self.sub, self.message_ids[lo:hi], self.ack_ids[lo:hi], part, nbytes, largest,
+                      self.first_received)
             c.stale = {i - lo for i in self.stale if lo <= i < hi}
             c.lease_until, c.renew_at, c.given_up, c.state = self.lease_until, self.renew_at, self.given_up, self.state
             out.append(c)
@@ -87,10 +88,10 @@ class Chunk:
 
 def sizes_of(batch: pa.RecordBatch) -> tuple[int, int]:
     """(total, largest) body bytes of a wire batch."""
-    if batch.num_rows == 0:
+    lengths = body_lengths(batch.column(0))
+    if not len(lengths):
         return 0, 0
-    lengths = pc.binary_length(batch.column(0))
-    return int(pc.sum(lengths).as_py() or 0), int(pc.max(lengths).as_py() or 0)
+    return int(lengths.sum()), int(lengths.max())
 
 
 def total(chunks: Iterable[Chunk]) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
-from ..wire import MESSAGE_SCHEMA, pulled_batch
+from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
 from .store import SLICE_SCHEMA, SliceInfo, SliceStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,7 +203,7 @@ def _accept(rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled) 
     if not mids:
         return False
     publish = batch.column(2).to_numpy()
-    sizes = pc.binary_length(batch.column(0)).to_numpy()
+    sizes = body_lengths(batch.column(0))
     take = np.arange(len(mids))
     back: list[str] = []
     if order.cutoff_us is not None:
