@@ -178,33 +178,10 @@ def _publish(host: str, topic: str, bodies: list[bytes]) -> None:
         pub.transport.close()
 
 
-def baseline(host: str, sub: str, n: int) -> float:
-    """Seconds for a plain sync pull(1000) + acknowledge loop to consume ``n`` messages."""
-    from google.api_core import exceptions as gexc
-
-    from crdb_pubsub.emulator import subscriber_client
-
-    client = subscriber_client(host)
-    got = 0
-    t0 = time.perf_counter()
-    try:
-        while got < n:
-            try:
-                resp = client.pull(request={"subscription": sub, "max_messages": 1000}, timeout=5.0, retry=None)
-            except gexc.DeadlineExceeded:
-                continue
-            ids = [rm.ack_id for rm in resp.received_messages]
-            if ids:
-                client.acknowledge(request={"subscription": sub, "ack_ids": ids})
-                got += len(ids)
-    finally:
-        client.close()
-    return time.perf_counter() - t0
-
-
-def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
-    """Seconds for (a'): the pull(1000) loop of :func:`baseline`, acknowledging every ``hold``
-    messages instead of every Pull (the messages stay outstanding until then)."""
+def baseline(host: str, sub: str, n: int, hold: int = 0) -> float:
+    """Seconds for a plain sync pull(1000) + acknowledge loop to consume ``n`` messages: (a),
+    acknowledging each Pull's messages before the next Pull; with ``hold``, (a'), acknowledging
+    every ``hold`` messages instead (they stay outstanding until then)."""
     from google.api_core import exceptions as gexc
 
     from crdb_pubsub.emulator import subscriber_client
@@ -228,6 +205,11 @@ def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
     finally:
         client.close()
     return time.perf_counter() - t0
+
+
+def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
+    """Seconds for (a'): :func:`baseline` acknowledging every ``hold`` messages."""
+    return baseline(host, sub, n, hold)
 
 
 def receiver_alone(host: str, sub: str, n: int) -> float:
