@@ -97,10 +97,7 @@ def body_lengths(bodies: pa.Array | pa.ChunkedArray) -> np.ndarray:
     (never sent by Pub/Sub) counts 0 bytes, as ``pc.binary_length`` + ``pc.sum`` counted it.
     """
     if isinstance(bodies, pa.ChunkedArray):
-        if bodies.num_chunks != 1:
-            return np.concatenate([body_lengths(c) for c in bodies.chunks]) if bodies.num_chunks else \
-                np.empty(0, np.int64)
-        bodies = bodies.chunk(0)
+        return np.concatenate([body_lengths(c) for c in bodies.chunks] or [np.empty(0, np.int64)])
     n = len(bodies)
     if n == 0:
         return np.empty(0, np.int64)
