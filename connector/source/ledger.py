@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -83,13 +84,15 @@ class Ledger:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _write_holder(fd)
                 return fd
             except BlockingIOError:
                 if time.monotonic() >= end:
+                    holder = _describe_holder(fd)
                     os.close(fd)
                     raise StateDirError(
-                        f"stateDir {self._root} is in use by another running query (waited {wait_seconds:.0f} s "
-                        "for it to be released); each query needs its own stateDir") from None
+                        f"stateDir {self._root} is in use by another running query{holder} (waited "
+                        f"{wait_seconds:.0f} s for it to be released); each query needs its own stateDir") from None
                 if not warned:
                     warned = True
                     log.info("stateDir %s is still held, probably by the previous run of this query that is "
@@ -302,3 +305,33 @@ def _by_sub(table: pa.Table, *, with_ack_ids: bool) -> list:
     for i, sub in enumerate(subs):
         grouped.setdefault(sub, []).append((mids[i], acks[i]) if acks is not None else mids[i])
     return list(grouped.items())
+
+
+def _write_holder(fd: int) -> None:
+    # Who holds the lock, for the message of a process that is refused it: the lock itself is the
+    # flock, this text only names its holder (it may be stale, never trusted for anything else).
+    text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode(), 0)
+
+
+def _describe_holder(fd: int) -> str:
+    """`` (pid N on host H since T, state S: program)`` of the lock's holder, as far as it is known."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        pid, host = int(holder["pid"]), str(holder["host"])
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder["since"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    out = f" (pid {pid} on host {host} since {since}"
+    if host == socket.gethostname():
+        try:  # what that process is and what it is doing, e.g. "D (disk sleep)" or "S (sleeping)"
+            status = Path(f"/proc/{pid}/status").read_text()
+            state = next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("State:")), "?")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            # The program and its module only: the rest of a command line may carry secrets.
+            what = os.path.basename(argv[0]) + (f" -m {argv[2]}" if len(argv) > 2 and argv[1] == "-m" else "")
+            out += f", state {state}: {what}"
+        except OSError:
+            out += ", no longer running here"
+    return out + ")"

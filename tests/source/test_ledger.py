@@ -78,6 +78,30 @@ def test_a_second_process_is_refused_while_the_first_holds_the_directory(tmp_pat
     open_ledger(tmp_path).close()
 
 
+def test_the_refusal_names_the_process_that_holds_the_directory(tmp_path):
+    """Which process to look at (or stop) is the first thing a user needs when a restart is refused."""
+    import socket
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from crdb_pubsub.source.ledger import Ledger; "
+         f"Ledger({str(tmp_path)!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
+         "print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StateDirError) as refused:
+            open_ledger(tmp_path, wait=0.2)
+        text = str(refused.value)
+        assert f"pid {holder.pid}" in text and socket.gethostname() in text, text
+        assert "state" in text and "python" in text, text  # what the holder is and what it is doing
+    finally:
+        holder.kill()
+        holder.wait()
+    open_ledger(tmp_path).close()  # the kernel released the lock with the process
+
+
 def test_another_query_with_committed_batches_is_refused(tmp_path):
     ledger = open_ledger(tmp_path)
     ledger.claim("run-1", [SUB], fresh=True)
