@@ -1,10 +1,12 @@
-"""How the driver-side reader process ends: Spark terminates it with SIGTERM.
+"""How the driver-side reader process ends, and how a new one ends a predecessor that did not.
 
-Spark stops a query by destroying its driver-side Python process (``stop()`` is not called), and
-does not wait for it. Before dying, the reader hands its held messages back so that the next run
-gets them at once instead of after their lease, and releases the stateDir. That work runs in a
-helper thread with a hard time bound: whatever the main thread was doing when the signal arrived
-(possibly holding a lock), the process exits within the bound, as after a crash at worst.
+Spark stops a query by destroying its driver-side Python process with SIGTERM (``stop()`` is not
+called), and does not wait for it. Before dying, the reader hands its held messages back so that
+the next run gets them at once instead of after their lease, and releases the stateDir. That work
+runs in a helper thread with a hard time bound. The handler itself runs on the main thread,
+wherever the signal interrupted it (possibly holding a lock the handler's own steps need, or
+with the hand-back stuck writing to a stderr nobody drains), so the kernel is made to end the
+process once the bound has passed (``alarm``), whatever happens in Python after that.
 
 The handler is installed only in Spark's streaming-source runner process, never in a process
 that merely imports the reader (a test, a notebook).
@@ -13,6 +15,7 @@ that merely imports the reader (a test, a notebook).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -22,6 +25,7 @@ from typing import Callable
 log = logging.getLogger("crdb_pubsub")
 
 RUNNER_MODULE = "python_streaming_source_runner"
+KILL_MARGIN_SECONDS = 2  # after the hand-back bound, before the kernel ends the process
 
 
 def in_spark_runner() -> bool:
@@ -33,20 +37,30 @@ def on_terminate(hand_back: Callable[[], None], *, within: float) -> bool:
     """Run ``hand_back`` (bounded by ``within`` seconds) when Spark terminates this process."""
     if not in_spark_runner() or threading.current_thread() is not threading.main_thread():
         return False
-    handling = threading.Event()
+    begin, done = threading.Event(), threading.Event()
+
+    def work() -> None:
+        begin.wait()
+        _safely(hand_back)
+        done.set()
+
+    # Started now, not in the handler: starting a thread takes threading's own lock, which the
+    # interrupted main thread may hold.
+    threading.Thread(target=work, name="crdb-pubsub-hand-back", daemon=True).start()
 
     def handler(signum: int, frame: object) -> None:
-        if handling.is_set():
+        if begin.is_set():
             return
-        handling.set()
-        worker = threading.Thread(target=_safely, args=(hand_back,), name="crdb-pubsub-hand-back", daemon=True)
-        worker.start()
-        worker.join(within)
-        if worker.is_alive():
-            log.warning("handing held messages back took longer than %.0f s; exiting anyway (they are "
-                        "delivered again when their leases lapse)", within)
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGTERM)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(math.ceil(within) + KILL_MARGIN_SECONDS)
+        try:
+            begin.set()
+            if not done.wait(within):
+                log.warning("handing held messages back took longer than %.0f s; exiting anyway (they are "
+                            "delivered again when their leases lapse)", within)
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
     return True
