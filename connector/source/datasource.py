@@ -181,8 +181,10 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
     def initialOffset(self) -> dict:
         """The offset before the first batch of a new query (a fresh checkpoint).
 
-        Also opens the subscriptions, so that a missing subscription or unreachable Pub/Sub fails
-        the query at once.
+        Without a stateDir it also opens the subscriptions, so that a missing subscription or
+        unreachable Pub/Sub fails the query at once. With one, that waits for the next call: it
+        names the query run, by which a reader of the same run that outlived its query is told
+        apart from another query holding the stateDir (see :mod:`.lifecycle`).
         """
         return self._driver().initial_offset()
 

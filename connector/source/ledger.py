@@ -45,6 +45,11 @@ BATCH_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("ack_id", pa.st
 ACKED_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())])
 
 
+# A reader that Spark terminated hands back and exits within 6 s (datasource.HAND_BACK_SECONDS + 1).
+TAKEOVER_AFTER_SECONDS = 8.0
+KILL_AFTER_SECONDS = 5.0
+
+
 class StateDirError(RuntimeError):
     """The stateDir belongs to another query, or can't be used."""
 
@@ -63,7 +68,13 @@ class Ledger:
     """The durable record of one query's batches under ``<stateDir>/v2``."""
 
     def __init__(self, state_dir: str, *, wait_seconds: float, window_seconds: float, unconfirmed_seconds: float,
-                 wall: Callable[[], float] = time.time) -> None:
+                 run: str | None = None, wall: Callable[[], float] = time.time) -> None:
+        """Take the directory, waiting up to ``wait_seconds`` for its holder to release it.
+
+        ``run``: the query run Spark named in the call that opened the ledger, if it named one.
+        A holder that is a stale reader of that same run (see :func:`.lifecycle.stale_sibling`)
+        is ended once it has had :data:`TAKEOVER_AFTER_SECONDS` to end by itself.
+        """
         self._root = Path(state_dir)
         self._dir = self._root / "v2"
         self._window = window_seconds
@@ -72,22 +83,27 @@ class Ledger:
         self._lock = threading.Lock()
         (self._dir / "batches").mkdir(parents=True, exist_ok=True)
         (self._dir / "acked").mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = self._acquire(wait_seconds)
+        self._fd: int | None = self._acquire(wait_seconds, run)
         if (self._root / "v1").exists():
             log.warning("stateDir %s holds state of an older version (v1) that this version does not read; "
                         "its pending batches will be delivered again by Pub/Sub", state_dir)
 
-    def _acquire(self, wait_seconds: float) -> int:
+    def _acquire(self, wait_seconds: float, run: str | None) -> int:
         fd = os.open(self._dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
-        end = time.monotonic() + wait_seconds
+        t0 = time.monotonic()
+        end = t0 + wait_seconds
         warned = False
+        asked: tuple[int, float] | None = None  # (pid, when) of a stale holder asked to end
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 _write_holder(fd)
                 return fd
             except BlockingIOError:
-                if time.monotonic() >= end:
+                now = time.monotonic()
+                if run is not None and now - t0 >= TAKEOVER_AFTER_SECONDS:
+                    asked = self._end_stale_holder(fd, run, asked, now)
+                if now >= end:
                     holder = _describe_holder(fd)
                     os.close(fd)
                     raise StateDirError(
@@ -98,6 +114,36 @@ class Ledger:
                     log.info("stateDir %s is still held, probably by the previous run of this query that is "
                              "shutting down; waiting up to %.0f s", self._root, wait_seconds)
                 time.sleep(0.1)
+
+    def _end_stale_holder(self, fd: int, run: str, asked: tuple[int, float] | None,
+                          now: float) -> tuple[int, float] | None:
+        """End the holder if it is a reader of this driver serving ``run``: its run has ended, its
+        process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
+        :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
+        what a crash leaves."""
+        from .lifecycle import end_process, stale_sibling
+
+        pid = _holder_pid(fd)
+        meta = self._meta_or_none()
+        if pid is None or meta is None or meta.get("run") != run or not stale_sibling(pid):
+            return asked
+        if asked is None or asked[0] != pid:
+            log.warning("stateDir %s is still held by pid %d, a reader of this query run (%s) that Spark ended but "
+                        "that did not exit; asking it to end", self._root, pid, run)
+            end_process(pid, kill=False)
+            return pid, now
+        if now - asked[1] >= KILL_AFTER_SECONDS:
+            log.warning("pid %d did not end within %.0f s; killing it (the stateDir stays consistent, as after a "
+                        "crash)", pid, KILL_AFTER_SECONDS)
+            end_process(pid, kill=True)
+            return pid, float("inf")  # asked once more only if another holder appears
+        return asked
+
+    def _meta_or_none(self) -> dict | None:
+        try:
+            return self.meta()
+        except StateDirError:
+            return None
 
     def close(self) -> None:
         """Release the directory (no write happens after this)."""
@@ -313,6 +359,18 @@ def _write_holder(fd: int) -> None:
     text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
     os.ftruncate(fd, 0)
     os.pwrite(fd, text.encode(), 0)
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid the lock's holder wrote of itself, if it runs on this host."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
+        return None
+    pid = holder.get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def _describe_holder(fd: int) -> str:

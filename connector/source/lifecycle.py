@@ -10,6 +10,11 @@ process once the bound has passed (``alarm``), whatever happens in Python after 
 
 The handler is installed only in Spark's streaming-source runner process, never in a process
 that merely imports the reader (a test, a notebook).
+
+A reader process that outlives its query anyway (seen once in CI: alive and sleeping 35 s after
+its query failed, holding the stateDir) is ended by the next run of the same query:
+:func:`stale_sibling` decides whether a process holding the stateDir may be ended,
+:func:`end_process` ends it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 log = logging.getLogger("crdb_pubsub")
@@ -71,6 +77,35 @@ def _safely(fn: Callable[[], None]) -> None:
         fn()
     except Exception:  # noqa: BLE001 - the process is ending; say what went wrong
         log.exception("handing held messages back failed")
+
+
+def stale_sibling(pid: int) -> bool:
+    """Whether ``pid`` is another streaming-source runner of the Spark driver that runs this one.
+
+    Both processes are children of the same driver JVM. The caller adds what makes such a
+    process stale: it serves the run of the query that this process serves, and Spark never runs
+    two runs of one query at once in one driver, so its run has ended.
+    """
+    if pid == os.getpid() or not in_spark_runner():
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+    return state not in ("Z", "X") and int(ppid) == os.getppid() and any(
+        a.decode(errors="replace").removesuffix(".py").endswith(RUNNER_MODULE) for a in argv)
+
+
+def end_process(pid: int, *, kill: bool) -> None:
+    """Ask ``pid`` to end (SIGTERM, and SIGCONT should it be stopped), or ``kill`` it."""
+    for sig in ((signal.SIGKILL,) if kill else (signal.SIGTERM, signal.SIGCONT)):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
 
 
 def configure_logging() -> None:

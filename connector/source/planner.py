@@ -56,6 +56,12 @@ STATE_DIR_WAIT_SECONDS = 30.0  # for the previous run of this query to release t
 SUMMARY_EVERY_SECONDS = 30.0
 
 
+def run_of(offset: dict | None) -> str | None:
+    """R of an offset ``{"batch": N, "run": R}`` (``None`` when it names no run)."""
+    run = offset.get("run") if isinstance(offset, dict) else None
+    return str(run) if run is not None else None
+
+
 def batch_of(offset: dict | None) -> int | None:
     """N of an offset ``{"batch": N, ...}`` (``None`` for ``None``)."""
     if offset is None:
@@ -108,13 +114,15 @@ class Planner:
         """Every Spark call starts here: start receiving on the first, learn the query run from
         the first offset that names one (see :meth:`_learn`)."""
         if not self._begun:
-            self._start()
+            self._start(run_of(offset))
         self._learn(offset)
         assert self._receiver is not None
         return self._receiver
 
-    def _start(self) -> None:
+    def _start(self, run: str | None) -> None:
         """Open the stateDir (recovering what an earlier process left) and start pulling.
+
+        ``run``: the query run named by the offset of the call that starts the reader, if any.
 
         Recovered batches are held *before* pulling starts, so that Pub/Sub's redeliveries of
         their messages are recognised as theirs. Whether they are replayed or planned anew is
@@ -125,7 +133,7 @@ class Planner:
         recovered = None
         if opts.stateDir:
             ledger = Ledger(opts.stateDir, wait_seconds=STATE_DIR_WAIT_SECONDS, window_seconds=DEDUPE_WINDOW_SECONDS,
-                            unconfirmed_seconds=UNCONFIRMED_MEMORY_SECONDS)
+                            unconfirmed_seconds=UNCONFIRMED_MEMORY_SECONDS, run=run)
             try:
                 ledger.check_subscriptions(opts.subscription_paths)
                 recovered = ledger.recover()
@@ -167,7 +175,7 @@ class Planner:
         committed): a stateDir holding another run's committed batches is refused there. The run
         of a fresh checkpoint is created when its first batch is sealed (:meth:`_fresh_run`).
         """
-        run = offset.get("run") if offset is not None else None
+        run = run_of(offset)
         if run is None:
             if self._run is None and (offset is None or batch_of(offset) == 0):
                 if self._ledger is not None and self._ledger.has_committed_history():
@@ -197,7 +205,12 @@ class Planner:
 
     def initial_offset(self) -> dict:
         with self._lock:
-            self._begin(None)
+            # With a stateDir the reader starts at the next call, which names an offset: after a
+            # restart it names the query run, by which the stateDir can be taken over from a
+            # reader of that run that outlived it (Ledger). Without one, start now: a missing
+            # subscription fails the query at once, and pulling starts early.
+            if not self._opts.stateDir:
+                self._begin(None)
             return {"batch": 0}
 
     def prepare_available_now(self) -> None:

@@ -123,3 +123,84 @@ def test_a_write_cut_short_leaves_nothing_a_replay_would_trust(tmp_path):
     got = open_ledger(tmp_path).recover()
     assert list(got.pending) == [1]
     assert not os.path.exists(tmp)
+
+
+# ------------------------------------------------------------------ a stale reader of the same run
+
+# Stand-ins for two of Spark's runner processes of one driver (both children of this process):
+# named like Spark's runner, the only process where the reader ends another one.
+_HOLDER = r"""
+import signal, sys, time
+from crdb_pubsub.source.ledger import Ledger
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a reader that no longer handles Spark's SIGTERM
+ledger = Ledger(sys.argv[1], wait_seconds=0, window_seconds=1, unconfirmed_seconds=1)
+ledger.claim(sys.argv[2], ["projects/p/subscriptions/orders"], fresh=True)
+print("held", flush=True)
+while True:
+    time.sleep(60)
+"""
+_TAKER = r"""
+import json, sys, time
+from crdb_pubsub.source import ledger as L
+L.TAKEOVER_AFTER_SECONDS, L.KILL_AFTER_SECONDS = 0.5, 1.0
+t0 = time.monotonic()
+try:
+    L.Ledger(sys.argv[1], wait_seconds=float(sys.argv[3]), window_seconds=1, unconfirmed_seconds=1,
+             run=sys.argv[2] or None)
+    print(json.dumps({"took": time.monotonic() - t0}))
+except L.StateDirError as e:
+    print(json.dumps({"refused": str(e)}))
+"""
+
+
+def _runner_script(tmp_path, name: str, text: str):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "python_streaming_source_runner.py").write_text(text)
+    return d / "python_streaming_source_runner.py"
+
+
+def _holder_and_taker(tmp_path, holder_run: str, taker_run: str, wait: float) -> tuple[dict, bool]:
+    """(what the taker reported, whether the holder is still alive afterwards)."""
+    import json
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    holder = subprocess.Popen([sys.executable, str(_runner_script(tmp_path, "a", _HOLDER)), str(state), holder_run],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = subprocess.run([sys.executable, str(_runner_script(tmp_path, "b", _TAKER)), str(state), taker_run,
+                               str(wait)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        try:
+            holder.wait(2)
+        except subprocess.TimeoutExpired:
+            pass
+        return json.loads(done.stdout), holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stale_reader_of_the_same_run_is_ended(tmp_path):
+    """It ignores SIGTERM: asked, then killed; the directory is taken over well within the wait."""
+    got, alive = _holder_and_taker(tmp_path, "run-1", "run-1", wait=20)
+    assert "took" in got, got
+    assert got["took"] < 10, got
+    assert not alive
+
+
+def test_a_holder_serving_another_run_is_left_alone(tmp_path):
+    """Another query (another checkpoint) on the same stateDir: refused, as before; nothing ended."""
+    got, alive = _holder_and_taker(tmp_path, "run-1", "run-2", wait=3)
+    assert "in use by another running query" in got.get("refused", ""), got
+    assert alive
+
+
+def test_a_holder_is_left_alone_while_the_run_is_unknown(tmp_path):
+    """A fresh checkpoint names no run: whoever holds the directory may be another query."""
+    got, alive = _holder_and_taker(tmp_path, "run-1", "", wait=3)
+    assert "in use by another running query" in got.get("refused", ""), got
+    assert alive

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..ledger import Ledger
-from ..planner import ACK_FLUSH_SECONDS, STATE_DIR_WAIT_SECONDS, Planner, _Answers, batch_of
+from ..planner import ACK_FLUSH_SECONDS, STATE_DIR_WAIT_SECONDS, Planner, _Answers, batch_of, run_of
 from ..receiver import DEDUPE_WINDOW_SECONDS, UNCONFIRMED_MEMORY_SECONDS, ReceiverError, open_subscription
 from ..receiver.acker import ACK, Acker, Job
 from ..receiver.chunks import DONE, Chunk
@@ -96,14 +96,14 @@ class SlicePlanner(Planner):
 
     def _begin(self, offset: dict | None) -> Any:
         if not self._begun:
-            self._start()
+            self._start(run_of(offset))
         self._learn(offset)
         return None
 
-    def _start(self) -> None:
+    def _start(self, run: str | None) -> None:
         opts = self._opts
         ledger = Ledger(opts.stateDir, wait_seconds=STATE_DIR_WAIT_SECONDS, window_seconds=DEDUPE_WINDOW_SECONDS,
-                        unconfirmed_seconds=UNCONFIRMED_MEMORY_SECONDS)
+                        unconfirmed_seconds=UNCONFIRMED_MEMORY_SECONDS, run=run)
         try:
             ledger.check_subscriptions(opts.subscription_paths)
             recovered = ledger.recover()
