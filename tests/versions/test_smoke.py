@@ -11,6 +11,7 @@ acknowledges the first one's batch (recognised through the stateDir) and reads n
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -47,8 +48,6 @@ def _parquet_ids(out: Path) -> list[str]:
     for log in sorted(meta.iterdir()) if meta.exists() else []:
         if log.name.startswith(".") or log.name.endswith(".tmp"):
             continue
-        import json
-
         for line in log.read_text().splitlines()[1:]:
             if line.strip():
                 entry = json.loads(line)
@@ -107,9 +106,12 @@ def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path
     assert (lost, duplicated, len(left)) == (0, 0, 0)
 
 
-def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_subscription, publish, tmp_path):
+@pytest.mark.parametrize("reader", ["exits", "frozen"])
+def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_subscription, publish, tmp_path, reader):
     """Issue 9 scenario 1 end to end: on 4.0/4.1 Spark's restart first calls partitions(X, X) for
-    the batch whose sink failed; the replay must still deliver it."""
+    the batch whose sink failed; the replay must still deliver it. ``frozen``: the failed query's
+    reader process is stopped (SIGSTOP) before the sink fails, so it outlives its query holding the
+    stateDir; the restart must take it over from whichever call each version makes first."""
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids = publish(topic, [body(i) for i in range(1000)])
     seen_dir = tmp_path / "sink"
@@ -120,6 +122,9 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         got = [r.message_id for r in df.select("message_id").collect()]
         if got and "ids" not in failed and len(list(seen_dir.iterdir())) >= 1:
             failed["ids"] = got
+            if reader == "frozen":  # the reader process records itself in the stateDir's lock file
+                failed["pid"] = int(json.loads((tmp_path / "state" / "v2" / "LOCK").read_text())["pid"])
+                os.kill(failed["pid"], signal.SIGSTOP)
             raise RuntimeError("sink fails on purpose")
         (seen_dir / f"{batch_id:06d}").write_text("\n".join(got))  # batch N replaces file N
 
@@ -133,16 +138,25 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         return [m for p in sorted(seen_dir.iterdir()) for m in p.read_text().split("\n") if m]
 
     q = start()
-    with pytest.raises(Exception, match="sink fails on purpose"):
-        q.awaitTermination(180)
-    assert failed.get("ids")
-    q = start()
     try:
-        wait_for(q, lambda: set(ids) <= set(seen()), 180, "every message in the sink after the restart")
+        with pytest.raises(Exception, match="sink fails on purpose"):
+            q.awaitTermination(180)
+        assert failed.get("ids")
+        q = start()
+        try:
+            wait_for(q, lambda: set(ids) <= set(seen()), 180, "every message in the sink after the restart")
+        finally:
+            q.stop()
     finally:
-        q.stop()
+        if "pid" in failed:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.kill(failed["pid"], sig)
+                except ProcessLookupError:
+                    pass
     lost, duplicated = _counts(ids, seen())
-    print(f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir lost={lost} duplicated={duplicated}")
+    print(f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir reader={reader} lost={lost} "
+          f"duplicated={duplicated}")
     assert (lost, duplicated) == (0, 0)
 
 
