@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
+from .lifecycle import end_process, stale_sibling
 from .wire import MESSAGE_SCHEMA
 
 log = logging.getLogger("crdb_pubsub.ledger")
@@ -45,7 +46,9 @@ BATCH_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("ack_id", pa.st
 ACKED_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())])
 
 
-# A reader that Spark terminated hands back and exits within 6 s (datasource.HAND_BACK_SECONDS + 1).
+# A reader that Spark terminated hands back within 6 s (datasource.HAND_BACK_SECONDS + 1) and is
+# ended by the kernel 2 s later at the latest (lifecycle.KILL_MARGIN_SECONDS): by then a holder
+# still there did not get or could not handle Spark's SIGTERM.
 TAKEOVER_AFTER_SECONDS = 8.0
 KILL_AFTER_SECONDS = 5.0
 
@@ -121,8 +124,6 @@ class Ledger:
         process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
         :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
         what a crash leaves."""
-        from .lifecycle import end_process, stale_sibling
-
         pid = _holder_pid(fd)
         meta = self._meta_or_none()
         if pid is None or meta is None or meta.get("run") != run or not stale_sibling(pid):
@@ -361,25 +362,29 @@ def _write_holder(fd: int) -> None:
     os.pwrite(fd, text.encode(), 0)
 
 
-def _holder_pid(fd: int) -> int | None:
-    """The pid the lock's holder wrote of itself, if it runs on this host."""
+def _read_holder(fd: int) -> dict:
+    """What the lock's holder wrote of itself (``{}`` when nothing readable)."""
     try:
         holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
-        return None
-    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
-        return None
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid the lock's holder wrote of itself, if it runs on this host."""
+    holder = _read_holder(fd)
     pid = holder.get("pid")
-    return pid if isinstance(pid, int) else None
+    return pid if isinstance(pid, int) and holder.get("host") == socket.gethostname() else None
 
 
 def _describe_holder(fd: int) -> str:
     """`` (pid N on host H since T, state S: program)`` of the lock's holder, as far as it is known."""
+    holder = _read_holder(fd)
     try:
-        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
         pid, host = int(holder["pid"]), str(holder["host"])
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder["since"])))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return ""
     out = f" (pid {pid} on host {host} since {since}"
     if host == socket.gethostname():
