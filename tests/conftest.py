@@ -159,3 +159,27 @@ def publish_simulated(host_port: str, project: str, sim, stem: str, n_rows: int,
         publisher.stop()
         publisher.transport.close()
     return subs, report
+
+
+def freeze_reader(state_dir) -> int:
+    """SIGSTOP the driver-side reader process holding ``state_dir`` (it records its pid in the
+    stateDir's lock file): it then answers neither Spark's SIGTERM nor its closed socket, as a
+    reader that outlives its query. Its pid, for :func:`end_frozen`."""
+    import json
+    import signal
+    from pathlib import Path
+
+    pid = int(json.loads((Path(state_dir) / "v2" / "LOCK").read_text())["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def end_frozen(pid: int) -> None:
+    """Kill a process :func:`freeze_reader` stopped, if it is still there."""
+    import signal
+
+    for sig in (signal.SIGKILL, signal.SIGCONT):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -13,13 +13,12 @@ belongs to a run Spark has ended) and lose or duplicate nothing.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
+
+from conftest import end_frozen, freeze_reader
 
 from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, wait_until
 
@@ -56,10 +55,7 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(spark, emulator_host, m
 
     def stop_reader_then_fail(batch_id: int, got: list[str]) -> None:
         if got and "pid" not in stuck:
-            # The reader process records itself in the stateDir's lock file.
-            pid = int(json.loads((state / "v2" / "LOCK").read_text())["pid"])
-            os.kill(pid, signal.SIGSTOP)
-            stuck.update(pid=pid, batch=batch_id, ids=got)
+            stuck.update(pid=freeze_reader(state), batch=batch_id, ids=got)
             raise RuntimeError("sink fails on purpose")
 
     sink = BatchFileSink(tmp_path / "sink", before=stop_reader_then_fail)
@@ -96,8 +92,4 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(spark, emulator_host, m
         assert set(stuck["ids"]) <= set(sink.ids())  # type: ignore[arg-type]
     finally:
         if "pid" in stuck:
-            for sig in (signal.SIGKILL, signal.SIGCONT):
-                try:
-                    os.kill(int(stuck["pid"]), sig)  # type: ignore[call-overload]
-                except ProcessLookupError:
-                    pass
+            end_frozen(int(stuck["pid"]))  # type: ignore[call-overload]

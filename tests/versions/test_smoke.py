@@ -21,7 +21,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from conftest import pull_ids, wait_for
+from conftest import end_frozen, freeze_reader, pull_ids, wait_for
 from stream_job import job_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -122,9 +122,8 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         got = [r.message_id for r in df.select("message_id").collect()]
         if got and "ids" not in failed and len(list(seen_dir.iterdir())) >= 1:
             failed["ids"] = got
-            if reader == "frozen":  # the reader process records itself in the stateDir's lock file
-                failed["pid"] = int(json.loads((tmp_path / "state" / "v2" / "LOCK").read_text())["pid"])
-                os.kill(failed["pid"], signal.SIGSTOP)
+            if reader == "frozen":
+                failed["pid"] = freeze_reader(tmp_path / "state")
             raise RuntimeError("sink fails on purpose")
         (seen_dir / f"{batch_id:06d}").write_text("\n".join(got))  # batch N replaces file N
 
@@ -149,11 +148,7 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
             q.stop()
     finally:
         if "pid" in failed:
-            for sig in (signal.SIGKILL, signal.SIGCONT):
-                try:
-                    os.kill(failed["pid"], sig)
-                except ProcessLookupError:
-                    pass
+            end_frozen(failed["pid"])
     lost, duplicated = _counts(ids, seen())
     print(f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir reader={reader} lost={lost} "
           f"duplicated={duplicated}")
