@@ -1,8 +1,10 @@
-"""The README's generated tables: the options (from the option model) and the metrics.
+"""The documentation's generated tables: the options (from the option model) and the metrics.
 
-``python -m crdb_pubsub.tools.readme README.md`` rewrites each region between
-``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``; ``tests/source/test_docs.py`` fails when
-the README differs from what this would write.
+``python -m crdb_pubsub.tools.readme FILE...`` rewrites each region between
+``<!-- generated: NAME ... -->`` and ``<!-- end: NAME -->`` in the files named (the README holds the
+option table, ``docs/metrics.md`` the metric table); without arguments it rewrites ``README.md``
+and every ``docs/*.md`` of the current directory. ``tests/source/test_docs.py`` fails when a page
+differs from what this would write, or when a table is in no page.
 """
 
 from __future__ import annotations
@@ -23,28 +25,39 @@ def _region(name: str) -> re.Pattern[str]:
 
 
 def regions(text: str) -> dict[str, str]:
-    """What each generated region of ``text`` holds now."""
+    """What each generated region ``text`` has holds now (a page holds any of the tables, or none)."""
     out = {}
     for name in TABLES:
         m = _region(name).search(text)
-        if m is None:
-            raise ValueError(f"README has no region `<!-- generated: {name} ... -->` ... `<!-- end: {name} -->`")
-        out[name] = m.group(2)
+        if m is not None:
+            out[name] = m.group(2)
     return out
 
 
 def rewrite(text: str) -> str:
-    """``text`` with every generated region holding its table."""
-    regions(text)  # raises naming a missing region
-    for name, table in TABLES.items():
-        text = _region(name).sub(lambda m, t=table(): m.group(1) + t + m.group(3), text)
+    """``text`` with every generated region it has holding its table."""
+    for name in regions(text):
+        table = TABLES[name]()
+        text = _region(name).sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
     return text
+
+
+def pages(root: Path) -> list[Path]:
+    """The pages that may hold generated tables: the README and the docs/ pages."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0] if args else "README.md")
-    path.write_text(rewrite(path.read_text()))
+    paths = [Path(a) for a in args] or [p for p in pages(Path(".")) if p.exists()]
+    for path in paths:
+        text = path.read_text()
+        if args and not regions(text):
+            names = ", ".join(TABLES)
+            raise SystemExit(f"{path} has no region `<!-- generated: NAME ... -->` ... `<!-- end: NAME -->` (NAME: {names})")
+        new = rewrite(text)
+        if new != text:
+            path.write_text(new)
     return 0
 
 
