@@ -15,8 +15,14 @@ It answers the four RPCs the source uses (``get_subscription``, ``pull``, ``ackn
 
 Faults are injected with ``fail_acks`` (an exception to raise from every Acknowledge),
 ``drop_acks`` (Acknowledge answers OK but nothing is acknowledged: a lost ack), ``slow_pulls``
-(the next N Pulls hang until their deadline, as a slow service would) and :meth:`redeliver` (a
-duplicate delivery of a leased message, which Pub/Sub may send at any time).
+(the next N Pulls hang until their deadline, as a slow service would), ``lost_pulls`` (the next N
+Pulls that find messages lease them and then fail with DeadlineExceeded: the answer came after
+the client's deadline, so the messages are leased to nobody; ``lose_pull_after`` arms one such
+Pull once that many deliveries were made), :meth:`outage` (every RPC fails
+with UNAVAILABLE for a while) and :meth:`redeliver` (a duplicate delivery of a leased message,
+which Pub/Sub may send at any time). ``create_subscription(ordered=True)`` delivers as the
+emulator does with message ordering: a Pull brings at most one message of a key, and a key's
+messages wait while one of them is delivered and not acknowledged. ``shuffle`` delivers in random order, as the service may.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class _Sub:
     name: str
     ack_deadline: int
     exactly_once: bool = False
+    ordered: bool = False
     messages: dict[str, _Msg] = field(default_factory=dict)
 
 
@@ -72,13 +79,27 @@ class FakePubSub:
         self.drop_acks = False
         self.ack_hook: Callable[[list[str]], None] | None = None  # called before acks land
         self.slow_pulls = 0
+        self.lost_pulls = 0
+        self.lose_pull_after: int | None = None
+        self.shuffle = False  # deliver available messages in random order (as the service may)
+        self._down_until = 0.0  # monotonic: every RPC fails with UNAVAILABLE before this
 
     # ---------------------------------------------------------------- test side
 
-    def create_subscription(self, name: str, *, ack_deadline: int = 10, exactly_once: bool = False) -> str:
+    def create_subscription(self, name: str, *, ack_deadline: int = 10, exactly_once: bool = False,
+                            ordered: bool = False) -> str:
         with self._lock:
-            self._subs[name] = _Sub(name, ack_deadline, exactly_once)
+            self._subs[name] = _Sub(name, ack_deadline, exactly_once, ordered)
         return name
+
+    def outage(self, seconds: float) -> None:
+        """Every RPC fails with UNAVAILABLE for ``seconds`` from now (leases keep running out)."""
+        with self._lock:
+            self._down_until = time.monotonic() + seconds
+
+    def _check_up(self) -> None:
+        if time.monotonic() < self._down_until:
+            raise gexc.ServiceUnavailable("Pub/Sub is unreachable (fake outage)")
 
     def publish(self, sub: str, bodies: list[bytes], *, attributes: dict[str, str] | None = None,
                 publish_us: int | None = None, ordering_key: str = "") -> list[str]:
@@ -114,11 +135,26 @@ class FakePubSub:
     # ---------------------------------------------------------------- service side
 
     def _available(self, s: _Sub, now: float) -> list[_Msg]:
-        return [m for m in s.messages.values() if not m.acked and (m.ack_id is None or m.lease_until <= now)]
+        free = [m for m in s.messages.values() if not m.acked and (m.ack_id is None or m.lease_until <= now)]
+        if not s.ordered:
+            return free
+        # A key's next messages wait while one of its messages is out (delivered, not acknowledged);
+        # one Pull brings the first waiting message of each free key (measured on the emulator).
+        busy = {m.ordering_key for m in s.messages.values()
+                if m.ordering_key and not m.acked and m.ack_id is not None and m.lease_until > now}
+        out = []
+        for m in free:
+            if m.ordering_key:
+                if m.ordering_key in busy:
+                    continue
+                busy.add(m.ordering_key)
+            out.append(m)
+        return out
 
     def pull(self, sub: str, max_messages: int, timeout: float | None, return_immediately: bool) -> list[_Msg]:
         self.calls["pull"] += 1
         self.pull_sizes.append(max_messages)
+        self._check_up()
         start = time.monotonic()
         timeout = 60.0 if timeout is None else timeout
         with self._lock:
@@ -142,15 +178,30 @@ class FakePubSub:
                 self._lock.wait(max(0.001, min(wait_until, nxt) - now))
             if not avail and self.empty == "deadline" and not return_immediately:
                 raise gexc.DeadlineExceeded("Deadline Exceeded")
+            if self.shuffle:
+                import random
+
+                avail = random.sample(avail, len(avail))
+            if self.lose_pull_after is not None and sum(self.deliveries.values()) >= self.lose_pull_after:
+                self.lose_pull_after = None
+                self.lost_pulls += 1
             out = avail[:max_messages]
             for m in out:
                 m.ack_id = f"{sub}:ack{next(self._ack_ids)}"
                 m.lease_until = now + s.ack_deadline
                 self.deliveries[m.mid] += 1
-            return [(_copy(m)) for m in out]
+            lost = bool(out) and self.lost_pulls > 0 and not return_immediately
+            if lost:
+                self.lost_pulls -= 1
+            else:
+                return [(_copy(m)) for m in out]
+        # The answer arrived after the client's deadline: its messages are leased to nobody.
+        time.sleep(max(0.0, start + timeout - time.monotonic()))
+        raise gexc.DeadlineExceeded("Deadline Exceeded")
 
     def acknowledge(self, sub: str, ack_ids: list[str]) -> None:
         self.calls["acknowledge"] += 1
+        self._check_up()
         if self.ack_hook is not None:
             self.ack_hook(list(ack_ids))
         if self.fail_acks is not None:
@@ -173,6 +224,7 @@ class FakePubSub:
 
     def modify_ack_deadline(self, sub: str, ack_ids: list[str], seconds: int) -> None:
         self.calls["modify_ack_deadline"] += 1
+        self._check_up()
         with self._lock:
             s = self._subs[sub]
             now = time.monotonic()
@@ -204,6 +256,7 @@ class _SubInfo:
     def __init__(self, s: _Sub) -> None:
         self.ack_deadline_seconds = s.ack_deadline
         self.enable_exactly_once_delivery = s.exactly_once
+        self.enable_message_ordering = s.ordered
         self.name = s.name
 
 

@@ -18,8 +18,17 @@ def fake(monkeypatch) -> FakePubSub:
     """A :class:`FakePubSub` that every reader built in the test talks to."""
     import crdb_pubsub.source.transport as transport
 
+    import importlib
+
     service = FakePubSub()
     monkeypatch.setattr(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
+    # The executors' tasks keep one client per worker process: here every test's tasks run in this
+    # process, so each test starts without the clients of the tests before it.
+    for name in ("crdb_pubsub.source.executors.task", "crdb_pubsub.source.slices.pull"):
+        try:
+            monkeypatch.setattr(importlib.import_module(name), "_RPCS", {})
+        except ImportError:
+            pass
     return service
 
 

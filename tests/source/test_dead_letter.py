@@ -77,3 +77,38 @@ def test_undecodable_bodies_go_to_the_dead_letter_topic(spark, emulator_host, ma
     else:
         assert kinds["malformed"] == len(bad)
     assert pull_ids(emulator_host, sub, timeout=2.0) == [], "everything acknowledged"
+
+
+def test_dead_letters_go_through_the_endpoint_option(monkeypatch):
+    """In a VPC that reaches Pub/Sub only through a Private Service Connect endpoint, the dead-letter
+    publish must use the endpoint option too."""
+    import pyarrow as pa
+
+    from crdb_pubsub.source import dead_letter, transport
+    from crdb_pubsub.source.options import parse_options
+
+    seen = {}
+
+    class Client:
+        def publish(self, request, timeout):
+            seen["published"] = len(request["messages"])
+
+        @property
+        def transport(self):
+            return self
+
+        def close(self):
+            pass
+
+    def publisher_client(emulator_host, credentials=None, **kw):
+        seen["endpoint"] = kw.get("endpoint")
+        return Client()
+
+    monkeypatch.setattr(transport, "publisher_client", publisher_client)
+    monkeypatch.setattr(transport, "load_credentials", lambda **kw: None)
+    opts = parse_options({"subscription": "projects/p/subscriptions/sub-a", "deadLetterTopic": "projects/p/topics/dead",
+                          "endpoint": "pubsub-psc.p.googleapis.com:443"})
+    batch = pa.RecordBatch.from_pydict({"kind": ["malformed"], "data": [b"{"], "message_id": ["1"],
+                                        "error": ["bad JSON"]})
+    assert dead_letter.publish_malformed(batch, opts) == 1
+    assert seen == {"endpoint": "pubsub-psc.p.googleapis.com:443", "published": 1}

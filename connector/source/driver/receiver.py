@@ -1,0 +1,562 @@
+"""The driver's receiver: pulls from Pub/Sub, holds leases, acknowledges when asked.
+
+It lives in Spark's long-lived driver-side Python process (the one that runs ``latestOffset``,
+``partitions`` and ``commit``) and is built lazily there; nothing here is pickled. Its parts, in
+the spirit of python-pubsub's ``subscriber/_protocol``, each own one job:
+
+* :mod:`.pullers` pull (one thread per subscription and slot), sized by :mod:`.flow`;
+* :mod:`.flow` bounds what is held by ``maxOutstandingMessages``/``Bytes``;
+* the shared Pub/Sub parts (:mod:`..pubsub`): the leaser keeps held messages' leases alive (and
+  knows until when they are proven), the acker is the one path for acknowledgements and
+  hand-backs, the acknowledgements read Pub/Sub's answers by the one rule, the remembered ids
+  drop Pub/Sub's redeliveries, and chunks are the unit all of them share.
+
+This module wires them: it sorts each Pull's messages (new, a redelivery of a held one, a
+redelivery of an acknowledged one, published after an AvailableNow cutoff), hands buffered
+messages to the mode (:meth:`Receiver.take`), acknowledges (:meth:`Receiver.ack`) and shuts down
+in one way (:meth:`Receiver.shutdown`). Nothing is acknowledged unless the mode asks, after Spark
+committed the batch. It also keeps the evidence that a subscription is drained (each puller's
+newest answer; see :meth:`Receiver.quiet_locked`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..metrics import Counters
+from ..pubsub.acker import ACK, NACK, Acker, Job
+from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements, Answered
+from ..pubsub.chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
+from ..pubsub.leaser import Leaser
+from ..pubsub.remembered import Remembered
+from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
+from ..transport import AckResult, Rpc
+from ..wire import body_lengths, largest_body, pulled_batch
+from .flow import FlowControl, Reservation
+from .pullers import PULLERS_PER_SUBSCRIPTION, Puller, Sent
+
+log = logging.getLogger("crdb_pubsub.receiver")
+
+__all__ = ["Receiver", "ReceiverError"]
+
+
+class Receiver:
+    """Pull-based receiver for one or more subscriptions.
+
+    ``_cond``'s lock guards the held index (``_held``), the buffer, the AvailableNow ``_later``
+    chunks, the evidence of drained subscriptions (``_answers``, ``_shadow``), the error state,
+    and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
+    order: ``_cond``, then the flow control's, the leaser's or the remembered ids' lock (each a
+    leaf); never the other way round.
+    """
+
+    def __init__(
+        self,
+        rpc: Rpc,
+        subscriptions: Sequence[str],
+        *,
+        lease_seconds: int,
+        max_lease_seconds: int,
+        max_messages: int,
+        max_bytes: int,
+        endpoint_description: str = "Pub/Sub",
+        counters: Counters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rpc = rpc
+        self._subs = list(subscriptions)
+        self._lease_seconds = lease_seconds
+        self._endpoint = endpoint_description
+        self._clock = clock
+        self.counters = counters or Counters()
+        self.flow = FlowControl(max_messages, max_bytes)
+        self.remembered = Remembered(on_evicted=lambda n: self.counters.add("rememberedEvicted", n), clock=clock)
+        self.acker = Acker(rpc)
+        self.acks: Acknowledgements | None = None  # once the subscriptions are open
+        self.leaser = Leaser(self._renew, lease_seconds=lease_seconds, max_lease_seconds=max_lease_seconds,
+                             on_given_up=lambda n: self.counters.add("leasesExpired", n),
+                             on_extended=lambda n: self.counters.add("leasesExtended", n), clock=clock)
+        self._stopping = threading.Event()
+        self._pullers: list[Puller] = []
+        self._info: dict[str, Subscription] = {}
+
+        self._cond = threading.Condition()
+        self._held: dict[str, dict[str, Chunk]] = {s: {} for s in self._subs}
+        self._buffer: deque[Chunk] = deque()
+        self._later: list[Chunk] = []
+        self._live: set[Chunk] = set()  # every chunk held (not done)
+        # Drain evidence: the newest answer of each puller (subscription, slot), as (monotonic time
+        # its Pull was sent, oldest publish time of the messages it brought or None, whether
+        # messages of an ordered subscription were outstanding when it was sent). One puller's
+        # empty answer proves little while another's Pull may be bringing messages, so a
+        # subscription is quiet only when all its pullers' newest answers are.
+        self._answers: dict[tuple[str, int], tuple[float, int | None, bool]] = {}
+        # A Pull that timed out may have leased messages to nobody until this monotonic time: no
+        # answer to a Pull sent before it proves the subscription drained.
+        self._shadow: dict[str, float] = {}
+        self._cutoff_us: int | None = None  # AvailableNow: later messages are held apart
+        self._fatal: BaseException | None = None
+        self._unavailable_since: float | None = None
+        self._last_error: str | None = None
+        self._pruned_at = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
+        """Check every subscription (creating it on its topic when asked).
+
+        Raises :class:`ReceiverError` when Pub/Sub can't be reached within the start bound or
+        refuses a subscription.
+        """
+        for i, sub in enumerate(self._subs):
+            topic = create_on_topics[i] if create_on_topics else None
+            self._info[sub] = open_subscription(self._rpc, sub, topic, subscription_filter,
+                                                lease_seconds=self._lease_seconds, endpoint=self._endpoint)
+        self.acks = Acknowledgements(self.acker, self.remembered, self.counters,
+                                     exactly_once={s for s, i in self._info.items() if i.exactly_once},
+                                     proven_memory=PROVEN_MEMORY_SECONDS, unproven_memory=UNPROVEN_MEMORY_SECONDS,
+                                     on_unproven=lambda sub: self._cast_shadow(sub, self._clock()), clock=self._clock)
+
+    def start(self) -> None:
+        """Start pulling (after :meth:`open`)."""
+        self.acker.start()
+        self.leaser.start()
+        for sub in self._subs:
+            for i in range(PULLERS_PER_SUBSCRIPTION):
+                p = Puller(self, self._rpc, self.flow, sub, i, self._stopping)
+                p.start()
+                self._pullers.append(p)
+
+    def shutdown(self, *, hand_back: bool, within: float) -> None:
+        """The one way to stop: no Pull, lease or hand-back lands after this returns.
+
+        Stops issuing Pulls and lease renewals, waits for the Pulls in flight (what they bring is
+        handed back at once: a Pull answered after the hand-back would take messages away from
+        the next run for a whole lease), hands every held message back (``hand_back``) so that
+        the next run gets them at once, and waits for what was queued to reach Pub/Sub. All of it
+        within ``within`` seconds; whatever does not make it is delivered again when its lease
+        lapses, as after a crash.
+        """
+        end = self._clock() + within
+        self._stopping.set()
+        self.flow.wake()
+        with self._cond:
+            self._cond.notify_all()
+        self.leaser.stop(timeout=min(1.0, within))
+        # Keep a second of the budget for the hand-back itself.
+        for p in self._pullers:
+            p.thread.join(max(0.0, end - 1.0 - self._clock()))
+        if hand_back:
+            with self._cond:
+                chunks = list(self._live)
+            self._hand_back(chunks, total=max(0.5, end - self._clock()))
+        self.acker.flush(max(0.0, end - self._clock()))
+        self.acker.stop()
+
+    # ------------------------------------------------------------------ pullers' side
+
+    def wait_until_pulling(self, sub: str) -> bool:
+        """False (after a short wait) while ``sub`` should not be pulled: an AvailableNow run that
+        found it drained pulls nothing more from it."""
+        with self._cond:
+            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, 0.0):
+                self._cond.wait(0.5)
+                return False
+        return not self._stopping.is_set()
+
+    def sending(self, sub: str) -> Sent:
+        """A puller is about to send a Pull on ``sub``: when, and whether messages of an ordered
+        subscription are outstanding (its answer then proves nothing about what waits)."""
+        info = self._info.get(sub)
+        outstanding = False
+        if info is not None and info.ordered:
+            # Held messages, and acknowledgements not yet answered, hold their keys' next ones back.
+            with self._cond:
+                outstanding = any(c.state != LATER for c in set(self._held[sub].values()))
+            outstanding = outstanding or self.acker.busy()
+        return Sent(self._clock(), outstanding)
+
+    def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
+        """A Pull sent at ``sent`` timed out: Pub/Sub may have leased messages to nobody until its
+        deadline plus the subscription's ack deadline."""
+        self._cast_shadow(sub, sent.at + timeout)
+
+    def _cast_shadow(self, sub: str, leased_at: float) -> None:
+        """Messages of ``sub`` may be leased (to nobody, or by an acknowledgement not proven) as of
+        ``leased_at``: until that lease lapses, an empty answer proves nothing."""
+        info = self._info.get(sub)
+        until = leased_at + (info.ack_deadline if info else self._lease_seconds)
+        with self._cond:
+            self._shadow[sub] = max(self._shadow.get(sub, 0.0), until)
+
+    def accept(self, sub: str, response: Any, reservation: Reservation, puller: int = 0,
+               sent: Sent | None = None) -> None:
+        """Sort one Pull response's messages and hold the new ones (``puller``: its slot;
+        ``sent``: when its Pull was sent)."""
+        now = self._clock()
+        sent = sent or Sent(now, False)
+        info = self._info.get(sub)
+        granted = float(info.ack_deadline if info else 10)
+        proven = sent.at + granted  # Pub/Sub leased them at the earliest when the Pull was sent
+        ack_ids, mids, batch = pulled_batch(response)  # for all messages: nearly every one is new
+        if not mids:
+            self.flow.cancel(reservation)
+            self._answer(sub, puller, sent, None)
+            return
+        if self._stopping.is_set():
+            self.flow.cancel(reservation)
+            self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
+            return
+        refreshed: list[Chunk] = []
+        dropped: list[str] = []
+        new: list[Chunk] = []
+        oldest_in_answer = int(batch.column(2).to_numpy().min())
+        seen = self.remembered.seen(sub, mids, now)
+        with self._cond:
+            held = self._held[sub]
+            keep: list[int] = []
+            first: dict[str, int] = {}
+            # The usual response: all new, none held or remembered, no id twice. Checked and
+            # indexed by C loops; anything else is sorted message by message below.
+            usual = not any(seen) and held.keys().isdisjoint(mids) and len(set(mids)) == len(mids)
+            for i, mid in enumerate(() if usual else mids):
+                c = held.get(mid)
+                if c is not None:
+                    c.refresh(mid, ack_ids[i], proven)  # its newest ack id is the one that works now
+                    refreshed.append(c)
+                elif seen[i]:
+                    dropped.append(ack_ids[i])
+                elif mid in first:
+                    # Delivered twice in one response: the later ack id is the valid one.
+                    ack_ids[first[mid]] = ack_ids[i]
+                else:
+                    first[mid] = i
+                    keep.append(i)
+            if usual or keep:
+                everything = usual or len(keep) == len(mids)
+                part = batch if everything else batch.take(pa.array(keep, pa.int64()))
+                part_mids = mids if everything else [mids[i] for i in keep]
+                part_acks = ack_ids if everything else [ack_ids[i] for i in keep]
+                new = self._split_by_scope(sub, part, part_mids, part_acks, now, proven)
+                for c in new:
+                    held.update(dict.fromkeys(c.message_ids, c))
+                    if c.state == LATER:
+                        self._later.append(c)
+                    else:
+                        self._buffer.append(c)
+            self._live.update(new)
+            # Every message counts, new or a redelivery: an answer made of redeliveries says
+            # nothing about what else the subscription still holds.
+            self._answers[(sub, puller)] = (sent.at, oldest_in_answer, sent.outstanding)
+            self._cond.notify_all()
+        n_new, nbytes = total(new)
+        # Every message of the response tells how large messages are, new or not.
+        self.flow.settle(reservation, n_new, nbytes, largest_body(batch))
+        self.counters.add("received", n_new)
+        self.counters.add("redeliveredWhileHeld", len(refreshed))
+        self.counters.add("redeliveriesDropped", len(dropped))
+        self.leaser.add(new, granted)
+        if granted < self._lease_seconds:
+            # The subscription's own deadline is shorter than the lease we want: lengthen it at
+            # once, before a slow batch elsewhere in this process lets it lapse.
+            self.leaser.extend(new + list(dict.fromkeys(refreshed)), self._lease_seconds)
+        if dropped:
+            self.acker.submit(Job(ACK, sub, dropped))
+
+    def _split_by_scope(self, sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float,
+                        proven: float) -> list[Chunk]:
+        cutoff = self._cutoff_us
+        if cutoff is not None:
+            later = batch.column(2).to_numpy() > cutoff
+            if later.any():
+                out = []
+                for mask, state in ((~later, BUFFERED), (later, LATER)):
+                    idx = np.flatnonzero(mask)
+                    if not len(idx):
+                        continue
+                    part = batch.take(pa.array(idx))
+                    c = self._chunk(sub, part, [mids[i] for i in idx], [acks[i] for i in idx], now, proven)
+                    c.state = state
+                    out.append(c)
+                return out
+        return [self._chunk(sub, batch, mids, acks, now, proven)]
+
+    @staticmethod
+    def _chunk(sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float,
+               proven: float) -> Chunk:
+        nbytes, largest = sizes_of(batch)
+        return Chunk(sub, mids, acks, batch, nbytes, largest, now, proven_until=proven)
+
+    def _answer(self, sub: str, puller: int, sent: Sent, oldest_new_us: int | None) -> None:
+        with self._cond:
+            self._answers[(sub, puller)] = (sent.at, oldest_new_us, sent.outstanding)
+            self._cond.notify_all()
+
+    def _renew(self, sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        return self._rpc.modify_ack_deadline(sub, ack_ids, seconds)
+
+    def fail(self, exc: BaseException, sub: str) -> None:
+        log.error("pulling %s failed for good: %s", sub, exc)
+        self.counters.add("pullErrors")
+        with self._cond:
+            self._fatal = exc
+            self._cond.notify_all()
+
+    def note_unavailable(self, exc: BaseException) -> None:
+        self.counters.add("pullErrors")
+        with self._cond:
+            if self._unavailable_since is None:
+                self._unavailable_since = self._clock()
+                log.warning("Pub/Sub at %s unavailable, retrying with backoff: %s", self._endpoint, exc)
+            self._last_error = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+
+    def note_available(self) -> None:
+        if self._unavailable_since is None:
+            return
+        with self._cond:
+            if self._unavailable_since is not None:
+                log.warning("Pub/Sub at %s reachable again after %.1f s", self._endpoint,
+                            self._clock() - self._unavailable_since)
+            self._unavailable_since = None
+
+    # ------------------------------------------------------------------ the mode's side
+
+    def take(self, max_messages: int | None = None, max_bytes: int | None = None) -> list[Chunk]:
+        """Move up to the limits from the buffer, oldest first; taken chunks stay held and leased.
+
+        At least one message is taken when any is buffered, however large, so a single message
+        above ``max_bytes`` can't stall the stream.
+        """
+        out: list[Chunk] = []
+        count = size = 0
+        with self._cond:
+            while self._buffer:
+                c = self._buffer[0]
+                n = len(c)
+                if max_messages is not None:
+                    n = min(n, max_messages - count)
+                    if n <= 0:
+                        break
+                if max_bytes is not None and size + c.nbytes > max_bytes:
+                    n = min(n, self._fit(c, max_bytes - size))
+                    if n == 0:
+                        if out:
+                            break
+                        n = 1
+                if n < len(c):
+                    self._split_head(c, n)
+                    continue
+                self._buffer.popleft()
+                c.state = SEALED
+                out.append(c)
+                count += len(c)
+                size += c.nbytes
+        return out
+
+    @staticmethod
+    def _fit(c: Chunk, room: int) -> int:
+        assert c.batch is not None
+        cum = np.cumsum(body_lengths(c.batch.column(0)))
+        return int(np.searchsorted(cum, room, side="right"))
+
+    def _split_head(self, c: Chunk, n: int) -> None:
+        """Replace the buffer's first chunk by its first ``n`` messages and the rest (lock held)."""
+        head, tail = c.split(n)
+        self._buffer[0] = tail
+        self._buffer.appendleft(head)
+        held = self._held[c.sub]
+        for part in (head, tail):
+            for mid in part.message_ids:
+                held[mid] = part
+        self._live.discard(c)
+        self._live.update((head, tail))
+        self.leaser.discard([c])
+        for part in (head, tail):
+            if not part.given_up:
+                self.leaser.add_scheduled(part)
+        c.state = DONE
+
+    def ack(self, chunks: Sequence[Chunk], on_answered: Answered | None = None) -> int:
+        """Acknowledge and release ``chunks`` (Spark committed them). Returns the message count.
+
+        Pub/Sub's answers are read by the one rule (:mod:`..pubsub.acknowledgements`); the
+        ledger learns through ``on_answered`` which acknowledgements were not proven.
+        """
+        assert self.acks is not None
+        live = self._release(chunks)
+        return self.acks.acknowledge(live, on_answered)
+
+    def _release(self, chunks: Iterable[Chunk]) -> list[Chunk]:
+        """Mark chunks done and drop them from the held index and flow control."""
+        live: list[Chunk] = []
+        with self._cond:
+            for c in chunks:
+                if c.state == DONE:
+                    continue
+                c.state = DONE
+                live.append(c)
+                self._live.discard(c)
+                held = self._held[c.sub]
+                for mid in c.message_ids:
+                    if held.get(mid) is c:
+                        del held[mid]
+                if not held:
+                    self._held[c.sub] = {}  # a dict keeps its largest size: give a burst's back
+            if self._clock() - self._pruned_at > 5.0:
+                self._pruned_at = self._clock()
+                self.remembered.prune(self._pruned_at)
+            self._later = [c for c in self._later if c.state != DONE]
+            self._cond.notify_all()
+        self.leaser.discard(live)
+        m, b = total(live)
+        self.flow.release(m, b)
+        return live
+
+    def _hand_back(self, chunks: Iterable[Chunk], total: float | None = None) -> int:
+        live = self._release(chunks)
+        by_sub: dict[str, list[str]] = {}
+        for c in live:
+            by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
+        for sub, ids in by_sub.items():
+            self.acker.submit(Job(NACK, sub, ids, total=total))
+        n = sum(len(c) for c in live)
+        self.counters.add("handedBack", n)
+        return n
+
+    def adopt(self, chunks: Sequence[Chunk]) -> None:
+        """Hold messages recovered from an earlier process, as part of a planned batch (their ack
+        ids are stale: when Pub/Sub delivers them again, the new ack ids are attached, and only
+        those are leased)."""
+        with self._cond:
+            for c in chunks:
+                c.state = SEALED
+                held = self._held.setdefault(c.sub, {})
+                for mid in c.message_ids:
+                    held[mid] = c
+                self._live.add(c)
+        m, b = total(chunks)
+        self.flow.add(m, b, max((c.largest for c in chunks), default=0))
+        # A stale chunk whose messages come back gets fresh ack ids: lease it like any other.
+        self.leaser.add(list(chunks), float(self._lease_seconds))
+
+    def requeue(self, chunks: Sequence[Chunk]) -> None:
+        """Adopted chunks whose batch Spark never recorded: they go into the next batches."""
+        with self._cond:
+            for c in chunks:
+                c.state = BUFFERED
+                self._buffer.append(c)
+            self._cond.notify_all()
+
+    def remember(self, sub: str, message_ids: Sequence[str], expires_in: float) -> None:
+        """Treat these messages as acknowledged for ``expires_in`` more seconds (recovered state)."""
+        if expires_in > 0:
+            self.remembered.add(sub, message_ids, self._clock() + expires_in)
+
+    # ------------------------------------------------------------------ AvailableNow and first fill
+
+    def set_cutoff(self, publish_us: int | None) -> None:
+        """AvailableNow: messages published after ``publish_us`` are held apart and handed back
+        when the run ends; a subscription found drained is pulled no more."""
+        with self._cond:
+            self._cutoff_us = publish_us
+            self._cond.notify_all()
+
+    def _quiet(self, sub: str, cutoff_us: int, since: float) -> bool:
+        shadow = self._shadow.get(sub, 0.0)
+        for slot in range(PULLERS_PER_SUBSCRIPTION):
+            answer = self._answers.get((sub, slot))
+            if answer is None:
+                return False
+            sent_at, oldest, outstanding = answer
+            if sent_at < since or sent_at < shadow or outstanding:
+                return False
+            if oldest is not None and oldest <= cutoff_us:
+                return False
+        return True
+
+    # Predicates for :meth:`wait`, evaluated with the lock held.
+
+    def quiet_locked(self, cutoff_us: int, since: float) -> bool:
+        """Every subscription answered a Pull sent at or after ``since`` with no new message
+        published at or before ``cutoff_us``, while nothing that would hold messages back was
+        outstanding (an ordered subscription's held messages) and after any Pull that timed out
+        could have leased messages to nobody: what was published until then has been delivered
+        to us, as far as Pub/Sub can show."""
+        return all(self._quiet(s, cutoff_us, since) for s in self._subs)
+
+    def blocked_by_later_locked(self) -> bool:
+        """AvailableNow: nothing buffered and no room to pull, all of it held by later messages."""
+        return not self._buffer and bool(self._later) and self.flow.full()
+
+    def buffered_count_locked(self) -> int:
+        return sum(len(c) for c in self._buffer)
+
+    def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` (evaluated with the lock held), an error, or ``timeout``."""
+        end = self._clock() + timeout
+        with self._cond:
+            while not predicate():
+                if self._fatal is not None:
+                    return False
+                left = end - self._clock()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.25))
+            return True
+
+    def buffered(self) -> tuple[int, int]:
+        with self._cond:
+            return total(self._buffer)
+
+    def has_buffered(self) -> bool:
+        with self._cond:
+            return bool(self._buffer)
+
+    def end_available_now(self, *, within: float) -> bool:
+        """Hand back what was published after the cutoff and wait for every acknowledgement to be
+        answered (at most ``within`` seconds). False when some were not answered in time."""
+        with self._cond:
+            later = list(self._later)
+            self._cutoff_us = None
+        if later:
+            self._hand_back(later)
+        return self.acker.flush(within)
+
+    # ------------------------------------------------------------------ health and numbers
+
+    def raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            exc = self._fatal
+            raise ReceiverError(
+                f"pulling from Pub/Sub at {self._endpoint} failed: {type(exc).__name__}: {getattr(exc, 'message', exc)}")
+
+    def unavailable_for(self) -> float:
+        since = self._unavailable_since
+        return 0.0 if since is None else self._clock() - since
+
+    def gauges(self) -> dict[str, Any]:
+        """Held messages and lag, for progress reports and logs."""
+        now_us = int(time.time() * 1_000_000)
+        with self._cond:
+            buffered, _ = total(self._buffer)
+            later, _ = total(self._later)
+            oldest = min((c.oldest_us for c in self._live if c.oldest_us is not None), default=None)
+            out: dict[str, Any] = {
+                "buffered": buffered,
+                "inFlight": self.flow.held_messages - buffered - later,
+                "laterHeld": later,
+                "heldBytes": self.flow.held_bytes,
+                "rememberedIds": self.remembered.count(),
+                "oldestUnackedAgeSeconds": round((now_us - oldest) / 1e6, 3) if oldest is not None else 0.0,
+            }
+            if self._unavailable_since is not None:
+                out["unavailableForSeconds"] = round(self._clock() - self._unavailable_since, 1)
+                out["lastError"] = self._last_error
+        return out

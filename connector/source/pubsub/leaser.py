@@ -1,0 +1,172 @@
+"""The leaser: keeps the ack deadlines of held messages from lapsing, and knows until when they hold.
+
+Each chunk is one lease group. Its lease is renewed (ModifyAckDeadline with ``lease_seconds``) at
+a jittered point between 50 % and 70 % of the deadline it was last granted, and at least one second
+before it lapses; the jitter keeps the renewals of chunks received together from landing at once.
+``max_lease_seconds`` after the *first* receipt of a chunk it is given up: no further renewal, even
+if Pub/Sub delivers some of its messages again, so Pub/Sub redelivers them (at-least-once) rather
+than a stuck batch holding them forever.
+
+A renewal extends the chunk's *proven* lease (``Chunk.proven_until``) only when Pub/Sub answered it
+before the proven lease ran out: a standard subscription answers OK to an expired ack id, so a
+late answer proves nothing. The proof starts at ``sent + seconds`` (Pub/Sub applied the new
+deadline after the request was sent). Both receiver modes and the executors' tasks use this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Callable
+
+from ..transport import AckResult
+from .chunks import DONE, Chunk
+
+log = logging.getLogger("crdb_pubsub.leaser")
+
+TICK_SECONDS = 0.1
+RENEW_FRACTION = (0.5, 0.7)
+MIN_SLACK_SECONDS = 1.0
+
+Renew = Callable[[str, list[str], int], AckResult]
+"""``renew(subscription, ack ids, seconds)``: one ModifyAckDeadline, bounded in time."""
+
+
+class Leaser:
+    """Renews the leases of registered chunks from its own thread.
+
+    ``_lock`` guards ``_chunks`` and each registered chunk's lease fields (``lease_until``,
+    ``renew_at``, ``given_up``, ``proven_until``). It is never held across an RPC; no other lock
+    is taken under it.
+    """
+
+    def __init__(
+        self,
+        renew: Renew,
+        *,
+        lease_seconds: int,
+        max_lease_seconds: int,
+        on_given_up: Callable[[int], None] = lambda n: None,
+        on_extended: Callable[[int], None] = lambda n: None,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "crdb-pubsub-leaser",
+    ) -> None:
+        self._renew = renew
+        self._lease_seconds = lease_seconds
+        self._max_lease_seconds = max_lease_seconds
+        self._on_given_up = on_given_up
+        self._on_extended = on_extended
+        self._clock = clock
+        self._name = name
+        self._lock = threading.Lock()
+        self._chunks: set[Chunk] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+
+    def _schedule(self, c: Chunk, granted: float, now: float) -> None:
+        c.lease_until = now + granted
+        c.renew_at = min(now + granted * random.uniform(*RENEW_FRACTION), c.lease_until - MIN_SLACK_SECONDS)
+
+    def add(self, chunks: list[Chunk], granted: float, *, renew_now: bool = False) -> None:
+        """Start leasing ``chunks``, whose deadline Pub/Sub set to ``granted`` seconds from now
+        (``renew_now``: renew at the next tick, e.g. chunks another process leased until now)."""
+        now = self._clock()
+        with self._lock:
+            for c in chunks:
+                self._schedule(c, granted, now)
+                if renew_now:
+                    c.renew_at = now
+                self._chunks.add(c)
+
+    def add_scheduled(self, chunk: Chunk) -> None:
+        """Lease a chunk that already carries its lease state (one half of a split chunk)."""
+        with self._lock:
+            self._chunks.add(chunk)
+
+    def discard(self, chunks: list[Chunk]) -> None:
+        with self._lock:
+            for c in chunks:
+                self._chunks.discard(c)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop renewing; once this returns no renewal is sent (a hand-back can follow safely)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def extend(self, chunks: list[Chunk], seconds: int) -> None:
+        """Renew ``chunks`` now, from the caller's thread (e.g. at once on receipt when the
+        subscription's own deadline is shorter than the lease wanted)."""
+        by_sub: dict[str, list[Chunk]] = {}
+        for c in chunks:
+            by_sub.setdefault(c.sub, []).append(c)
+        for sub, cs in by_sub.items():
+            self._send(sub, cs, seconds)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - the leaser must outlive any single failure
+                log.exception("lease renewal round failed")
+
+    def _tick(self) -> None:
+        now = self._clock()
+        due: dict[str, list[Chunk]] = {}
+        given_up = 0
+        with self._lock:
+            for c in list(self._chunks):
+                if c.state == DONE:
+                    self._chunks.discard(c)
+                    continue
+                if c.given_up or c.renew_at > now:
+                    continue
+                if now - c.first_received + self._lease_seconds > self._max_lease_seconds:
+                    c.given_up = True
+                    given_up += len(c)
+                    self._chunks.discard(c)
+                    continue
+                due.setdefault(c.sub, []).append(c)
+                self._schedule(c, float(self._lease_seconds), now)
+        if given_up:
+            self._on_given_up(given_up)
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "messages held longer than maxLeaseDurationSeconds=%d: their leases are no longer extended and "
+                    "Pub/Sub will deliver them again (at-least-once)", self._max_lease_seconds)
+        for sub, chunks in due.items():
+            if self._stop.is_set():
+                return
+            self._send(sub, chunks, self._lease_seconds)
+
+    def _send(self, sub: str, chunks: list[Chunk], seconds: int) -> None:
+        ids = [a for c in chunks for a in c.fresh_ack_ids()]
+        if not ids:
+            return
+        sent = self._clock()
+        result = self._renew(sub, ids, seconds)
+        answered = self._clock()
+        failed = result.failed
+        extended = 0
+        with self._lock:
+            for c in chunks:
+                if c.state == DONE:
+                    continue  # acknowledged meanwhile: its renewal counts for nothing
+                mine = c.fresh_ack_ids()
+                ok = not any(a in failed for a in mine) if failed else True
+                if ok:
+                    extended += len(mine)
+                    if answered < c.proven_until:
+                        c.proven_until = max(c.proven_until, sent + seconds)
+        self._on_extended(extended)
+        if failed:
+            log.warning("extending the lease of %d message(s) on %s failed (%s); they may be delivered again",
+                        len(failed), sub, next(iter(failed.values())))
