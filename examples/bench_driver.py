@@ -1,6 +1,6 @@
 """The driver side alone: CPU per message of the planner and receiver, without Spark or Pub/Sub.
 
-A ``Planner`` (driver mode, no stateDir) whose receiver pulls from a stand-in for Pub/Sub that
+The offset protocol over the driver mode (no stateDir) whose receiver pulls from a stand-in for Pub/Sub that
 answers every Pull at once with recorded Pull responses of 100 realistic changefeed messages each
 (serialised, and parsed by protobuf on each Pull as gRPC would), then drives Spark's calls the way
 a backlog drain does, once ``--batch`` messages are buffered: ``latestOffset`` (which acknowledges the previous batch and seals the next),
@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     n = args.messages
 
     from crdb_pubsub.source.options import parse_options
-    from crdb_pubsub.source.planner import Planner
-    from crdb_pubsub.source.receiver import Receiver
+    from crdb_pubsub.source.core.protocol import OffsetProtocol
+    from crdb_pubsub.source.driver import DriverMode, Receiver
+    from crdb_pubsub.source.metrics import Counters
 
     pubsub = RecordedPubSub(_responses(n))
     options = parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:1"})
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                              counters=counters))
         return made[0]
 
-    planner = Planner(options, receiver_factory=receiver)
+    counters = Counters()
+    planner = OffsetProtocol(options, DriverMode(options, counters, receiver_factory=receiver), counters)
     planner.initial_offset()
     threads0 = _thread_cpu()
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -214,7 +214,7 @@ def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
 
 def receiver_alone(host: str, sub: str, n: int) -> float:
     """Seconds for the connector's receiver (no Spark) to take and acknowledge ``n`` messages."""
-    from crdb_pubsub.source.receiver import Receiver
+    from crdb_pubsub.source.driver import Receiver
     from crdb_pubsub.source.transport import Rpc, subscriber_client
 
     r = Receiver(Rpc(subscriber_client(host)), [sub], lease_seconds=60, max_lease_seconds=3600,

@@ -5,9 +5,10 @@ Where each piece runs (measured on pyspark 4.0.5 to 4.3.0):
 * :class:`CrdbPubSubDataSource` is built in a short-lived planning process when ``load()`` runs;
   the options are validated there, so a bad option fails ``load()``.
 * :class:`CrdbPubSubStreamReader`'s driver-side methods (``initialOffset``, ``latestOffset``,
-  ``partitions``, ``commit``) run in one long-lived Python process per query. The receiver
-  (:class:`~crdb_pubsub.source.planner.Planner`) is created lazily there on the first call, never
-  in ``__init__``; Spark stops that process with SIGTERM (``stop()`` is not called), and the
+  ``partitions``, ``commit``) run in one long-lived Python process per query. The offset protocol
+  (:class:`~crdb_pubsub.source.core.protocol.OffsetProtocol`) over the chosen receiver mode
+  (:mod:`.driver` or :mod:`.executors`) is created lazily there on the first call, never in
+  ``__init__``; Spark stops that process with SIGTERM (``stop()`` is not called), and the
   hand-back in :mod:`.lifecycle` runs then.
 * The reader is pickled to the executors for ``read``; ``__getstate__`` drops the driver state,
   so everything ``read`` needs travels inside :class:`MessagesPartition`.
@@ -20,7 +21,7 @@ and AvailableNow runs as a single batch.
 Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions -> ``read`` ->
 decoder -> Arrow record batches -> Spark. With ``receiver=executors`` the partitions carry orders
 instead of messages: Pub/Sub -> ``read`` (pull, record the slice in the stateDir) -> decoder ->
-Spark, and the driver acknowledges from the recorded slices (:mod:`.slices`).
+Spark, and the driver acknowledges from the recorded slices (:mod:`.executors`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from .planner import Planner
+    from .core.protocol import OffsetProtocol
 
 log = logging.getLogger("crdb_pubsub")
 
@@ -135,7 +136,7 @@ class SlicePartition(InputPartition):
 
     batch_id: int
     index: int
-    order: Any  # crdb_pubsub.source.slices.pull.SliceOrder
+    order: Any  # crdb_pubsub.source.executors.orders.SliceOrder
     stats: tuple[tuple[str, ...], str] | None = None
 
     def __repr__(self) -> str:
@@ -143,12 +144,12 @@ class SlicePartition(InputPartition):
 
 
 class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
-    """Micro-batch reader. Offsets are ``{"batch": N, "run": R}``; see ``planner.py``."""
+    """Micro-batch reader. Offsets are ``{"batch": N, "run": R}``; see :mod:`.core.protocol`."""
 
     def __init__(self, options: SourceOptions, schema: "StructType") -> None:
         self._options = options
         self._schema = schema
-        self._planner: "Planner | None" = None  # driver process only, created on first use
+        self._planner: "OffsetProtocol | None" = None  # driver process only, created on first use
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -162,16 +163,18 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     def _driver(self) -> "Planner":
         if self._planner is None:
+            from .core.protocol import protocol_for
             from .lifecycle import configure_logging, on_terminate
-            from .planner import Planner
 
             configure_logging()
             if self._options.receiver == "executors":
-                from .slices.planner import SlicePlanner
+                from .executors import ExecutorsMode
 
-                self._planner = SlicePlanner(self._options)
+                self._planner = protocol_for(self._options, ExecutorsMode)
             else:
-                self._planner = Planner(self._options)
+                from .driver import DriverMode
+
+                self._planner = protocol_for(self._options, DriverMode)
             planner = self._planner
             on_terminate(lambda: planner.shutdown(within=HAND_BACK_SECONDS), within=HAND_BACK_SECONDS + 1.0)
         return self._planner
@@ -255,17 +258,18 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         """Decode one partition's messages into record batches of the output schema.
 
         With ``receiver=executors`` the task first pulls its slice and records it in the stateDir
-        (or replays the recorded one): see :mod:`.slices`.
+        (or replays the recorded one), and keeps its leases until Spark consumed the rows: see
+        :mod:`.executors`.
         """
         if isinstance(partition, SlicePartition):
-            from .slices.pull import rows_of
+            from .executors.task import pulled_slice
 
-            table = rows_of(self._options, partition.order)
+            with pulled_slice(self._options, partition.order) as table:
+                yield from self._decoded(table, partition)
         else:
             from .wire import from_ipc
 
-            table = from_ipc(partition.ipc)
-        return self._decoded(table, partition)
+            yield from self._decoded(from_ipc(partition.ipc), partition)
 
     def _decoded(self, table: "pa.Table", partition: MessagesPartition | SlicePartition) -> Iterator["pa.RecordBatch"]:
         import pyarrow.compute as pc

@@ -41,7 +41,7 @@ def publish_malformed(batch: "pa.RecordBatch", options: "SourceOptions") -> int:
             attributes["crdb_pubsub_message_id"] = mid
         messages.append({"data": data or b"", "attributes": attributes})
     credentials = transport.load_credentials(**options.credential_kwargs())
-    client = transport.publisher_client(options.effective_emulator_host, credentials)
+    client = transport.publisher_client(options.effective_emulator_host, credentials, endpoint=options.endpoint)
     try:
         for chunk in transport.chunked(messages, _size, MAX_MESSAGES_PER_PUBLISH, MAX_BYTES_PER_PUBLISH):
             client.publish(request={"topic": options.dead_letter_topic_path, "messages": chunk},

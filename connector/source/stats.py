@@ -13,28 +13,31 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import selectors
 import socket
 import threading
+import time
 from typing import Callable
 
 log = logging.getLogger("crdb_pubsub.stats")
 
 CONNECT_TIMEOUT_SECONDS = 0.5
 MAX_LINE = 512
+MAX_CONNECTIONS = 64  # open at once; more wait in the listen backlog
+IDLE_SECONDS = 2.0  # a connection that sends no full line within this is closed
 
 
 class StatsServer:
-    """Listens for executor reports; ``on_report(batch, partition, messages, malformed)``."""
+    """Listens for executor reports; ``on_report(batch, partition, messages, malformed)``.
+
+    It listens on this host's address (the one executors on other hosts reach) and on loopback
+    (local mode), never on every interface, and serves every connection from one thread: a
+    report is one short line, so a slow or silent peer costs a socket, not a thread.
+    """
 
     def __init__(self, on_report: Callable[[int, int, int, int], None]) -> None:
         self.token = secrets.token_hex(16)
         self._on_report = on_report
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Executors may run on other hosts: listen on every interface; reports need the token.
-        self._sock.bind(("0.0.0.0", 0))
-        self._sock.listen(64)
-        port = self._sock.getsockname()[1]
         hosts = []
         try:
             ip = socket.gethostbyname(socket.gethostname())
@@ -43,42 +46,89 @@ class StatsServer:
         except OSError:
             pass
         hosts.append("127.0.0.1")
-        self.addresses: tuple[str, ...] = tuple(f"{h}:{port}" for h in hosts)
+        self.sockets: list[socket.socket] = []
+        addresses = []
+        for host in hosts:
+            try:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, 0))
+                sock.listen(64)
+                sock.setblocking(False)
+            except OSError:
+                continue
+            self.sockets.append(sock)
+            addresses.append(f"{host}:{sock.getsockname()[1]}")
+        self.addresses: tuple[str, ...] = tuple(addresses)
+        self._selector = selectors.DefaultSelector()
+        for sock in self.sockets:
+            self._selector.register(sock, selectors.EVENT_READ, None)
+        self._open: dict[socket.socket, tuple[bytes, float]] = {}
         self._closed = False
         threading.Thread(target=self._serve, name="crdb-pubsub-stats", daemon=True).start()
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        for sock in self.sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def _serve(self) -> None:
         while not self._closed:
             try:
-                conn, _ = self._sock.accept()
-            except OSError:
+                events = self._selector.select(0.5)
+            except (OSError, ValueError):
                 return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            now = time.monotonic()
+            for key, _ in events:
+                if key.data is None:
+                    self._accept(key.fileobj)  # type: ignore[arg-type]
+                else:
+                    self._read(key.fileobj, now)  # type: ignore[arg-type]
+            for conn, (_, since) in list(self._open.items()):
+                if now - since > IDLE_SECONDS:
+                    self._drop(conn)
 
-    def _handle(self, conn: socket.socket) -> None:
+    def _accept(self, sock: socket.socket) -> None:
         try:
-            conn.settimeout(2.0)
-            data = b""
-            while not data.endswith(b"\n") and len(data) < MAX_LINE:
-                part = conn.recv(MAX_LINE)
-                if not part:
-                    break
-                data += part
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        if len(self._open) >= MAX_CONNECTIONS:
+            conn.close()
+            return
+        conn.setblocking(False)
+        self._open[conn] = (b"", time.monotonic())
+        self._selector.register(conn, selectors.EVENT_READ, True)
+
+    def _read(self, conn: socket.socket, now: float) -> None:
+        data, since = self._open.get(conn, (b"", now))
+        try:
+            part = conn.recv(MAX_LINE)
+        except OSError:
+            part = b""
+        data += part
+        if part and not data.endswith(b"\n") and len(data) < MAX_LINE:
+            self._open[conn] = (data, since)
+            return
+        self._drop(conn)
+        try:
             msg = json.loads(data)
             if not secrets.compare_digest(str(msg.get("t", "")), self.token):
                 return
             self._on_report(int(msg["b"]), int(msg["p"]), int(msg["n"]), int(msg["m"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass
-        finally:
-            conn.close()
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._open.pop(conn, None)
+        try:
+            self._selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
 
 
 _working: dict[tuple[str, ...], str] = {}

@@ -99,13 +99,16 @@ def subscriber_client(emulator_host: str | None, credentials: "Credentials | Non
     return SubscriberClient(credentials=credentials)
 
 
-def publisher_client(emulator_host: str | None, credentials: "Credentials | None" = None) -> "PublisherClient":
+def publisher_client(emulator_host: str | None, credentials: "Credentials | None" = None, *,
+                     endpoint: str | None = None) -> "PublisherClient":
     """A GAPIC ``PublisherClient`` built the same way as :func:`subscriber_client`."""
     from google.pubsub_v1 import PublisherClient
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
     if emulator_host:
         return PublisherClient(transport=PublisherGrpcTransport(channel=insecure_channel(emulator_host)))
+    if endpoint:
+        return PublisherClient(credentials=credentials, client_options={"api_endpoint": endpoint})
     return PublisherClient(credentials=credentials)
 
 

@@ -121,8 +121,8 @@ def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, ca
     """The whole driver path (options -> credentials -> client -> first RPC) with a key whose
     token exchange fails: the ReceiverError and the logs carry no key material."""
     from crdb_pubsub.source.metrics import Counters
-    from crdb_pubsub.source.planner import _make_receiver
-    from crdb_pubsub.source.receiver import ReceiverError
+    from crdb_pubsub.source.driver import make_receiver as _make_receiver
+    from crdb_pubsub.source.driver import ReceiverError
 
     _clean_env(monkeypatch)
     caplog.set_level(logging.DEBUG)
@@ -164,7 +164,7 @@ def test_serialised_tasks_carry_credentials_only_when_tasks_pull(tmp_path, recei
     from pyspark import cloudpickle
 
     from crdb_pubsub.source.datasource import CrdbPubSubStreamReader, SlicePartition
-    from crdb_pubsub.source.slices.pull import SliceOrder
+    from crdb_pubsub.source.executors.orders import SliceOrder
 
     info, _, needles = _throwaway_key(tmp_path)
     opts = parse_options({"subscription": SUB, "credentialsJson": json.dumps(info), "receiver": receiver,
@@ -173,7 +173,8 @@ def test_serialised_tasks_carry_credentials_only_when_tasks_pull(tmp_path, recei
     shipped = cloudpickle.loads(cloudpickle.dumps(reader))
     carries = shipped._options.credential_kwargs()["credentials_json"] is not None
     assert carries == (receiver == "executors")
-    order = SliceOrder(batch_id=1, index=0, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20, seconds=1.0)
+    order = SliceOrder(batch_id=1, index=0, parts=1, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20,
+                       seconds=1.0, deadlines={SUB: 10}, lease_seconds=10)
     part = SlicePartition(1, 0, order, None)
     for what, text in [("options", repr(shipped._options) + str(shipped._options)), ("partition", repr(part)),
                        ("order", repr(order)), ("pickled order", repr(cloudpickle.dumps(part)))]:

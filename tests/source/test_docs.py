@@ -198,7 +198,7 @@ def claims(text: str) -> list[str]:
 def test_claims_catch_what_does_not_exist():
     assert claims("`tests/source/test_docs.py::test_claims_catch_what_does_not_exist`, `test_smoke.py`") == []
     assert claims("`tests/versions/test_smoke.py::test_failing_sink_then_restart_with_state_dir[frozen]`") == []
-    assert claims("`tests/source/test_ledger.py::test_a_*`, examples/dataproc/, .ci/run") == []
+    assert claims("`tests/source/state/test_ledger.py::test_a_*`, examples/dataproc/, .ci/run") == []
     assert len(claims("`tests/source/test_docs.py::test_nothing_of_the_kind`")) == 1
     assert len(claims("`tests/versions/test_smoke.py::test_available_now_drain[thawed]`")) == 1
     assert len(claims("`tests/faults/test_gone.py`, `test_gone.py::test_x`, `test_no_such_test`")) == 3

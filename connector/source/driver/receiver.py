@@ -102,6 +102,7 @@ class Receiver:
         # answer to a Pull sent before it proves the subscription drained.
         self._shadow: dict[str, float] = {}
         self._cutoff_us: int | None = None  # AvailableNow: later messages are held apart
+        self._cutoff_at = 0.0  # monotonic time the cutoff was set: only Pulls sent since count
         self._fatal: BaseException | None = None
         self._unavailable_since: float | None = None
         self._last_error: str | None = None
@@ -124,8 +125,10 @@ class Receiver:
                                      proven_memory=PROVEN_MEMORY_SECONDS, unproven_memory=UNPROVEN_MEMORY_SECONDS,
                                      on_unproven=lambda sub: self._cast_shadow(sub, self._clock()), clock=self._clock)
 
-    def start(self) -> None:
-        """Start pulling (after :meth:`open`)."""
+    def start(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
+        """Start pulling (opening the subscriptions first unless :meth:`open` did)."""
+        if self.acks is None:
+            self.open(create_on_topics=create_on_topics, subscription_filter=subscription_filter)
         self.acker.start()
         self.leaser.start()
         for sub in self._subs:
@@ -166,7 +169,7 @@ class Receiver:
         """False (after a short wait) while ``sub`` should not be pulled: an AvailableNow run that
         found it drained pulls nothing more from it."""
         with self._cond:
-            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, 0.0):
+            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):
                 self._cond.wait(0.5)
                 return False
         return not self._stopping.is_set()
@@ -215,6 +218,7 @@ class Receiver:
             self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
             return
         refreshed: list[Chunk] = []
+        again = 0  # deliveries of a message held (or twice in this response)
         dropped: list[str] = []
         new: list[Chunk] = []
         oldest_in_answer = int(batch.column(2).to_numpy().min())
@@ -231,11 +235,13 @@ class Receiver:
                 if c is not None:
                     c.refresh(mid, ack_ids[i], proven)  # its newest ack id is the one that works now
                     refreshed.append(c)
+                    again += 1
                 elif seen[i]:
                     dropped.append(ack_ids[i])
                 elif mid in first:
                     # Delivered twice in one response: the later ack id is the valid one.
                     ack_ids[first[mid]] = ack_ids[i]
+                    again += 1
                 else:
                     first[mid] = i
                     keep.append(i)
@@ -260,7 +266,7 @@ class Receiver:
         # Every message of the response tells how large messages are, new or not.
         self.flow.settle(reservation, n_new, nbytes, largest_body(batch))
         self.counters.add("received", n_new)
-        self.counters.add("redeliveredWhileHeld", len(refreshed))
+        self.counters.add("redeliveredWhileHeld", again)
         self.counters.add("redeliveriesDropped", len(dropped))
         self.leaser.add(new, granted)
         if granted < self._lease_seconds:
@@ -466,6 +472,7 @@ class Receiver:
         when the run ends; a subscription found drained is pulled no more."""
         with self._cond:
             self._cutoff_us = publish_us
+            self._cutoff_at = self._clock()
             self._cond.notify_all()
 
     def _quiet(self, sub: str, cutoff_us: int, since: float) -> bool:

@@ -1,15 +1,18 @@
 """Where slices live: ``<stateDir>/v2/slices/<batch>/<partition>.arrow``.
 
 A slice is an Arrow IPC file with :data:`SLICE_SCHEMA` (the messages a task pulled, the
-subscription and ack id of each, and whether the row is yielded) and metadata saying how the
-pull ended. It is written to a name of its own attempt, fsynced, then *linked* to its final name:
-``link`` fails when the name exists, so of two attempts (a speculative copy, or a retry racing a
-task presumed dead) exactly one publishes, and a task killed mid-write leaves only a temporary
-file that nothing trusts. A claim (``flock`` on ``<partition>.claim``) keeps a second attempt from
-pulling at all while the first is alive; the kernel releases it when the holder dies.
+subscription and ack id of each, and its :data:`role`) and metadata saying how the pull ended
+(:class:`SliceInfo`). It is written to a name of its own attempt, fsynced, then *linked* to its
+final name: ``link`` fails when the name exists, so of two attempts (a speculative copy, or a
+retry racing a task presumed dead) exactly one publishes, and a task killed mid-write leaves only
+a temporary file that nothing trusts. A claim keeps a second attempt from pulling at all while
+the first is alive.
 
-The driver reads only the small columns (``sub``, ``message_id``, ``ack_id``, ``keep``) of a
-memory-mapped file, and the metadata, to lease and acknowledge.
+Every reader opens a slice by its exact name: the driver knows from a batch's plan how many slices
+it has, and a shared file system's client may not list a file another host created a moment ago
+(NFS attribute caching). Listing is used only to find slices early for leasing, best effort.
+The driver reads only the small columns (``sub``, ``message_id``, ``ack_id``, ``role``) of a
+memory-mapped file, and the metadata.
 """
 
 from __future__ import annotations
@@ -20,35 +23,54 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 
-from ..ledger import BATCH_SCHEMA
+from ..state.ledger import BATCH_SCHEMA
 
-SLICE_SCHEMA = pa.schema([*BATCH_SCHEMA, pa.field("keep", pa.bool_())])
-ACK_COLUMNS = ("sub", "message_id", "ack_id", "keep")
+# What a task does with each row of its slice.
+KEEP = 0  # yielded; acknowledged when the batch commits
+REDELIVERY = 1  # a message yielded elsewhere (another batch or slice): acknowledged, not yielded
+LATER = 2  # AvailableNow: published after the cutoff; not yielded, handed back when the run ends
+
+SLICE_SCHEMA = pa.schema([*BATCH_SCHEMA, pa.field("role", pa.int8())])
+ACK_COLUMNS = ("sub", "message_id", "ack_id", "role")
+
+
+@dataclass(frozen=True)
+class SubscriptionPull:
+    """How one task's pull of one subscription ended: the evidence of a drained subscription."""
+
+    last: str = "none"  # the last answer: "empty", "later" (nothing before the cutoff), "messages", "none"
+    last_sent: float = 0.0  # wall time the Pull of that answer was sent
+    shadow_until: float = 0.0  # wall time until which a timed-out or failed Pull may have leased messages
+    unavailable: bool = False  # Pub/Sub could not be reached at the end
+    kept: int = 0  # rows this task yields from the subscription
 
 
 @dataclass(frozen=True)
 class SliceInfo:
     """How a task's pull ended, from a slice's metadata."""
 
-    rows: int  # every row, yielded or not
-    kept: int  # rows yielded (the others are redeliveries of messages already delivered)
-    drained: bool  # a Pull came back with nothing (nothing older than the cutoff in AvailableNow)
+    rows: int  # every row, whatever its role
+    kept: int  # rows yielded
     oldest_us: int | None  # the oldest publish time of the kept rows
     pulled_at: float  # wall time of the first Pull
-    handed_back: int  # messages the task handed back (published after the AvailableNow cutoff)
+    proven_until: float  # wall time until which every recorded row's lease was proven alive
+    handed_back: int  # messages handed back instead of recorded (their lease was not proven)
+    subs: dict[str, SubscriptionPull] = field(default_factory=dict)
+    pull_errors: int = 0  # Pulls that failed (retried within the task's time)
 
     def metadata(self) -> dict[bytes, bytes]:
-        return {b"crdb_pubsub_slice": json.dumps(self.__dict__).encode()}
+        return {b"crdb_pubsub_slice": json.dumps(asdict(self)).encode()}
 
     @classmethod
     def of(cls, schema: pa.Schema) -> "SliceInfo":
-        return cls(**json.loads((schema.metadata or {})[b"crdb_pubsub_slice"]))
+        raw = json.loads((schema.metadata or {})[b"crdb_pubsub_slice"])
+        raw["subs"] = {s: SubscriptionPull(**v) for s, v in raw.get("subs", {}).items()}
+        return cls(**raw)
 
 
 class SliceStore:
@@ -110,48 +132,35 @@ class SliceStore:
         except FileNotFoundError:
             return None
 
+    def read_acks(self, batch_id: int, partition: int) -> tuple[pa.Table, SliceInfo] | None:
+        """The small columns of a slice (memory-mapped: the bodies are not read) and its metadata;
+        ``None`` if none was published."""
+        try:
+            with pa.memory_map(str(self.path(batch_id, partition))) as source:
+                reader = pa.ipc.open_file(source)
+                table = reader.read_all().select(list(ACK_COLUMNS))
+                return table, SliceInfo.of(reader.schema)
+        except FileNotFoundError:
+            return None
+
     # ---------------------------------------------------------------- driver
 
-    def batches(self) -> list[int]:
-        """Batch ids that have a slice directory."""
-        if not self.root.exists():
-            return []
-        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
-
-    def slices(self, batch_id: int) -> Iterator[tuple[int, Path]]:
+    def listed(self, batch_id: int) -> list[int]:
+        """Partitions whose slice a directory listing shows now (best effort: see the module)."""
         d = self._batch_dir(batch_id)
-        if not d.exists():
-            return
-        for p in sorted(d.glob("*.arrow")):
-            yield int(p.stem), p
-
-    @staticmethod
-    def read_acks(path: Path) -> tuple[pa.Table, SliceInfo]:
-        """The small columns of a slice (memory-mapped: the bodies are not read) and its metadata."""
-        with pa.memory_map(str(path)) as source:
-            reader = pa.ipc.open_file(source)
-            table = reader.read_all().select(list(ACK_COLUMNS))
-            return table, SliceInfo.of(reader.schema)
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:-6]) for n in names if n.endswith(".arrow") and n[:-6].isdigit())
 
     def drop(self, upto: int) -> None:
         """Forget the slices of every batch ``<= upto`` (acknowledged, or never to be replayed)."""
-        for bid in self.batches():
-            if bid <= upto:
-                shutil.rmtree(self._batch_dir(bid), ignore_errors=True)
-
-    def write_plan(self, batch_id: int, plan: dict) -> None:
-        """What the driver decided for a batch (limits, cutoff), for a later process's replay."""
-        d = self._batch_dir(batch_id)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / "PLAN.json.tmp"
-        tmp.write_text(json.dumps(plan))
-        os.replace(tmp, d / "PLAN.json")
-
-    def read_plan(self, batch_id: int) -> dict | None:
-        try:
-            return json.loads((self._batch_dir(batch_id) / "PLAN.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        if not self.root.exists():
+            return
+        for p in self.root.iterdir():
+            if p.name.isdigit() and int(p.name) <= upto:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 class Claim:

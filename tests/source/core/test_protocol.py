@@ -15,7 +15,7 @@ import pytest
 
 from spark_calls import Logs, SparkCalls, ids_of
 
-from .conftest import until
+from ..conftest import until
 
 SUB = "projects/p/subscriptions/offsets"
 

@@ -17,7 +17,7 @@ from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 
 import pytest
 
-from crdb_pubsub.source.receiver import Receiver
+from crdb_pubsub.source.driver import Receiver
 from crdb_pubsub.source.transport import Rpc
 
 

@@ -1,45 +1,17 @@
-"""The receiver's parts on their own: history, flow control, taking batches by count and bytes."""
+"""The driver's receiver and its flow control on their own: sizing Pulls, taking batches by count and
+bytes, sorting what a Pull brings."""
 
 from __future__ import annotations
 
 import threading
 
-from crdb_pubsub.source.receiver import Receiver
-from crdb_pubsub.source.receiver.chunks import Chunk, sizes_of
-from crdb_pubsub.source.receiver.flow import FIRST_PULL_MESSAGES, FlowControl
-from crdb_pubsub.source.receiver.history import MAX_GENERATIONS, AckHistory
+from crdb_pubsub.source.driver import Receiver
+from crdb_pubsub.source.pubsub.chunks import Chunk, sizes_of
+from crdb_pubsub.source.driver.flow import FIRST_PULL_MESSAGES, FlowControl
 from crdb_pubsub.source.transport import Rpc
 from crdb_pubsub.source.wire import messages_batch
 
-
-def test_history_remembers_each_id_until_its_own_expiry():
-    h = AckHistory()
-    h.add("s", ["1", "2", "3"], expires_at=10.0)
-    h.add("s", ["4", "0"], expires_at=20.0)
-    h.add("other", ["5"], expires_at=20.0)
-    assert h.seen("s", ["1", "4", "5", "0", "9"], now=5.0) == [True, True, False, True, False]
-    assert h.seen("s", ["1", "4"], now=15.0) == [False, True]
-    h.prune(15.0)
-    assert h.count() == 3
-
-
-def test_history_keeps_ids_that_are_not_plain_numbers():
-    h = AckHistory()
-    h.add("s", ["007", "abc", "12345678901234567890", "42"], expires_at=10.0)
-    assert h.seen("s", ["7", "007", "abc", "12345678901234567890", "42", "43"], now=1.0) == [
-        False, True, True, True, True, False]
-
-
-def test_history_merges_generations_without_forgetting_early():
-    h = AckHistory()
-    for g in range(MAX_GENERATIONS * 3):
-        h.add("s", [str(g * 10 + i) for i in range(10)], expires_at=100.0 + g)
-    assert len(h._subs["s"].generations) <= MAX_GENERATIONS
-    n = MAX_GENERATIONS * 3
-    assert all(h.seen("s", [str(i) for i in range(n * 10)], now=99.0))  # nothing expired yet
-    for g in range(n):  # each id is remembered at least until its own expiry
-        assert all(h.seen("s", [str(g * 10 + i) for i in range(10)], now=100.0 + g - 0.5))
-    assert h.nbytes() <= 8 * n * 10
+from ..test_wire import _response
 
 
 def test_flow_sizes_pulls_by_count_and_by_bytes():
@@ -110,45 +82,8 @@ def test_take_always_moves_at_least_one_message():
     assert [m for c in got for m in c.message_ids] == ["0"]
 
 
-def _response(messages: list[dict]):
-    """A raw ``PullResponse`` of ``messages`` (dicts of ack_id, message_id and optional fields)."""
-    from google.pubsub_v1.types import pubsub
-
-    pb = pubsub.PullResponse.pb()()
-    for m in messages:
-        rm = pb.received_messages.add()
-        rm.ack_id = m["ack_id"]
-        rm.message.message_id = m["message_id"]
-        rm.message.data = m.get("data", b"body-" + m["message_id"].encode())
-        rm.message.publish_time.seconds = m.get("seconds", 1_700_000_000)
-        rm.message.publish_time.nanos = m.get("nanos", 0)
-        for k, v in m.get("attributes", {}).items():
-            rm.message.attributes[k] = v
-        if m.get("ordering_key"):
-            rm.message.ordering_key = m["ordering_key"]
-    return type(pb).FromString(pb.SerializeToString())  # parsed, as gRPC hands it over
-
-
-def test_pulled_batch_reads_every_field_of_every_message():
-    from crdb_pubsub.source.wire import MESSAGE_SCHEMA, pulled_batch
-
-    plain = [{"ack_id": f"a{i}", "message_id": str(i), "seconds": 1_700_000_000 + i, "nanos": 999_999 * i}
-             for i in range(5)]
-    mixed = [dict(m) for m in plain]
-    mixed[1]["attributes"] = {"TABLE_NAME": "orders", "x": "1"}
-    mixed[3]["ordering_key"] = "k3"
-    for messages in (plain, mixed):
-        ack_ids, mids, batch = pulled_batch(_response(messages))
-        assert batch.schema == MESSAGE_SCHEMA
-        assert ack_ids == [m["ack_id"] for m in messages] and mids == [m["message_id"] for m in messages]
-        assert batch.column("data").to_pylist() == [b"body-" + m["message_id"].encode() for m in messages]
-        assert batch.column("publish_us").to_pylist() == [
-            m["seconds"] * 1_000_000 + m["nanos"] // 1000 for m in messages]
-        assert [sorted(a) if a is not None else None for a in batch.column("attributes").to_pylist()] == [
-            sorted(m["attributes"].items()) if m.get("attributes") else None for m in messages]  # a map's order is Pub/Sub's
-        assert batch.column("ordering_key").to_pylist() == [m.get("ordering_key") for m in messages]
-    ack_ids, mids, batch = pulled_batch(_response([]))
-    assert (ack_ids, mids, batch.num_rows, batch.schema) == ([], [], 0, MESSAGE_SCHEMA)
+class _Info:
+    ack_deadline_seconds = 10
 
 
 class _AnsweringRpc(Rpc):
@@ -157,6 +92,9 @@ class _AnsweringRpc(Rpc):
     def __init__(self) -> None:
         super().__init__(object())
         self.acked: list[str] = []
+
+    def get_subscription(self, subscription):
+        return _Info()
 
     def acknowledge(self, subscription, ack_ids, *, total=None):
         from crdb_pubsub.source.transport import AckResult
@@ -171,12 +109,11 @@ class _AnsweringRpc(Rpc):
 
 
 def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
-    from crdb_pubsub.source.receiver.flow import Reservation
+    from crdb_pubsub.source.driver.flow import Reservation
 
     rpc = _AnsweringRpc()
     r = Receiver(rpc, ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
-    r._sub_deadline["s"] = 10
-    r.acker.start()
+    r.start()
     try:
         r.accept("s", _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(4)]), Reservation(4, 0))
         r.ack(r.take(max_messages=1))  # "0" acknowledged; "1".."3" stay held
@@ -196,21 +133,3 @@ def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
         assert sorted(rpc.acked) == sorted(["a0", "b0", "a1", "b2", "a3", "c5", "b4"])
     finally:
         r.shutdown(hand_back=False, within=1)
-
-
-def test_body_lengths_read_from_offsets_match_pyarrow():
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from crdb_pubsub.source.wire import body_lengths, largest_body
-
-    bodies = pa.array([b"", b"abc", None, b"x" * 1000, b"12345"], pa.binary())
-    cases = [bodies, bodies.slice(1), bodies.slice(2, 2), bodies.slice(5), pa.chunked_array([bodies, bodies.slice(3)]),
-             pa.chunked_array([], pa.binary()), bodies.cast(pa.large_binary()).slice(1, 3)]
-    for arr in cases:
-        expected = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False) if len(arr) else np.empty(0)
-        assert body_lengths(arr).tolist() == expected.tolist()
-    batch = messages_batch([b"a" * n for n in (5, 50, 7)], ["1", "2", "3"], [1, 2, 3], [None] * 3, [None] * 3)
-    assert largest_body(batch) == 50 and largest_body(batch.slice(2)) == 7 and largest_body(batch.slice(3)) == 0
-    assert sizes_of(batch.slice(1)) == (57, 50) and sizes_of(batch.slice(0, 0)) == (0, 0)

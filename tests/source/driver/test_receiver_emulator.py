@@ -8,8 +8,8 @@ import pytest
 
 from conftest import pull_ids
 from crdb_pubsub.source.options import parse_options
-from crdb_pubsub.source.planner import Planner
-from crdb_pubsub.source.receiver import Receiver, ReceiverError
+from crdb_pubsub.source.core.protocol import protocol_for
+from crdb_pubsub.source.driver import DriverMode, Receiver, ReceiverError
 from crdb_pubsub.source.transport import Rpc, chunk_ack_ids, subscriber_client
 from crdb_pubsub.source.wire import from_ipc
 
@@ -121,7 +121,7 @@ def test_topic_option_creates_the_subscription(emulator_host, make_subscription,
     opts = parse_options(
         {"subscription": "projects/test-project/subscriptions/created-by-source", "topic": topic, "emulatorHost": emulator_host}
     )
-    planner = Planner(opts)
+    planner = protocol_for(opts, DriverMode)
     try:
         start = planner.initial_offset()
         ids = publish(topic, [b"hello"])

@@ -126,7 +126,7 @@ def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscript
     ids = publish(topic, [row_body(i) for i in range(n)])
     state = tmp_path / "state"
     # The first task to pull something dies before it records its slice (an executor lost mid-pull).
-    from crdb_pubsub.source.slices.pull import KILL_NEXT_PULL
+    from crdb_pubsub.source.executors.task import KILL_NEXT_PULL
 
     (state / "v2" / "slices").mkdir(parents=True)
     marker = state / "v2" / "slices" / KILL_NEXT_PULL

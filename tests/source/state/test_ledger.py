@@ -7,7 +7,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from crdb_pubsub.source.ledger import BATCH_SCHEMA, Ledger, StateDirError
+from crdb_pubsub.source.state.ledger import BATCH_SCHEMA, Ledger, StateDirError
 
 SUB = "projects/p/subscriptions/orders"
 WINDOW = 600.0
@@ -85,7 +85,7 @@ def test_the_refusal_names_the_process_that_holds_the_directory(tmp_path):
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from crdb_pubsub.source.ledger import Ledger; "
+        [sys.executable, "-c", "import sys, time; from crdb_pubsub.source.state.ledger import Ledger; "
          f"Ledger({str(tmp_path)!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
          "print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
@@ -131,7 +131,7 @@ def test_a_write_cut_short_leaves_nothing_a_replay_would_trust(tmp_path):
 # named like Spark's runner, the only process where the reader ends another one.
 _HOLDER = r"""
 import signal, sys, time
-from crdb_pubsub.source.ledger import Ledger
+from crdb_pubsub.source.state.ledger import Ledger
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a reader that no longer handles Spark's SIGTERM
 ledger = Ledger(sys.argv[1], wait_seconds=0, window_seconds=1, unconfirmed_seconds=1)
 ledger.claim(sys.argv[2], ["projects/p/subscriptions/orders"], fresh=True)
@@ -141,7 +141,7 @@ while True:
 """
 _TAKER = r"""
 import json, sys, time
-from crdb_pubsub.source import ledger as L
+from crdb_pubsub.source.state import ledger as L
 L.TAKEOVER_AFTER_SECONDS, L.KILL_AFTER_SECONDS = 0.5, 1.0
 t0 = time.monotonic()
 try:

@@ -1,0 +1,71 @@
+"""What the driver tells each task of a batch (:class:`SliceOrder`), and how a batch is split."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..pubsub.remembered import IdSet
+
+MAX_TASK_PULL_SECONDS = 5.0
+TASK_PULL_FRACTION = 0.4  # of the shortest subscription ack deadline: leases outlive the pull
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the driver decided for one batch, recorded once in the ledger before Spark learns the
+    batch's offset; a replay, in any process, gives the tasks exactly these orders."""
+
+    parts: int
+    max_messages: int
+    max_bytes: int
+    cutoff_us: int | None = None  # Trigger.AvailableNow: later messages belong to the next run
+
+    def as_json(self) -> dict:
+        return {"parts": self.parts, "max_messages": self.max_messages, "max_bytes": self.max_bytes,
+                "cutoff_us": self.cutoff_us}
+
+    @classmethod
+    def of(cls, raw: dict) -> "Plan":
+        return cls(int(raw["parts"]), int(raw["max_messages"]), int(raw["max_bytes"]), raw.get("cutoff_us"))
+
+    def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
+        """The subscriptions task ``index`` pulls: each task one, round robin, or several each when
+        there are more subscriptions than tasks."""
+        return tuple(subs[index::self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
+
+
+@dataclass(frozen=True)
+class SliceOrder:
+    """What the driver asks of one task: the plan of one slice."""
+
+    batch_id: int
+    index: int
+    parts: int  # slices in the batch: the task's siblings are 0..parts-1
+    subscriptions: tuple[str, ...]
+    max_messages: int
+    max_bytes: int
+    seconds: float  # time to pull
+    deadlines: dict[str, int]  # each subscription's ack deadline (the lease a delivery starts with)
+    lease_seconds: int  # ackDeadlineSeconds: the lease the task keeps while it holds messages
+    cutoff_us: int | None = None  # AvailableNow: later messages are recorded apart, not yielded
+    # Ids the task must not yield again (acknowledged without proof, or held in another batch's
+    # slice), by subscription: compact, and only those of the task's subscriptions.
+    drop: dict[str, IdSet] = field(default_factory=dict)
+
+
+def orders_of(batch_id: int, plan: Plan, subs: list[str], deadlines: dict[str, int], lease_seconds: int,
+              drop: dict[str, IdSet]) -> list[SliceOrder]:
+    """The orders of ``plan``'s tasks."""
+    shortest = min(deadlines.values(), default=10)
+    seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
+    out = []
+    for i in range(plan.parts):
+        mine = plan.subscriptions(i, subs)
+        out.append(SliceOrder(
+            batch_id=batch_id, index=i, parts=plan.parts, subscriptions=mine,
+            max_messages=max(1, math.ceil(plan.max_messages / plan.parts)),
+            max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
+            seconds=seconds, deadlines={s: deadlines.get(s, 10) for s in mine}, lease_seconds=lease_seconds,
+            cutoff_us=plan.cutoff_us, drop={s: drop[s] for s in mine if s in drop and len(drop[s])}))
+    return out
