@@ -191,7 +191,12 @@ class Lease:
 
     def release(self) -> None:
         """Stop renewing and give the lease up (a compare-and-swap to a released record on the
-        generation held; it stays unreleased if another process had taken it). Idempotent."""
+        generation held; it stays unreleased if another process had taken it). Idempotent.
+
+        A released record, not a delete: the next holder takes it at once all the same, its message
+        can say who released, and the CAS is one the test server enforces (fake-gcs-server 1.54.0
+        ignores ``ifGenerationMatch`` on deletes, so a conditional delete could not be tested).
+        """
         self.stop_renewing()
         with self._mutex:
             if self._generation is not None and self._lost is None:
