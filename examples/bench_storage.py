@@ -7,6 +7,7 @@ plus this package's ``GcsStorage`` (built on google-cloud-storage) and ``PosixSt
 folder) for reference; prints the median and p90 of N runs per operation, in milliseconds, and
 whether each client's preconditions held (a second create refused, a stale compare-and-swap refused).
 
+    $PY -m pip install gcsfs                 # not a dependency: only this comparison uses it
     $PY examples/bench_storage.py            # N=30
     $PY examples/bench_storage.py -n 100
 
@@ -239,6 +240,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=30, help="runs per operation (default 30)")
     args = ap.parse_args()
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        sys.exit("bench_storage: pip install gcsfs first (only this comparison uses it)")
     from gcs_server import start_gcs_server
 
     from crdb_pubsub.source.storage import open_storage
