@@ -20,6 +20,7 @@ upload with ``ifGenerationMatch`` through its internal ``_call``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -126,8 +127,9 @@ class _Adapter:
     def __init__(self, bucket):
         self._b = bucket
 
+    @contextlib.contextmanager
     def _bucket(self):
-        return self._b
+        yield self._b
 
 
 class GcsfsClient:

@@ -18,7 +18,9 @@ Credentials: with ``STORAGE_EMULATOR_HOST`` set (the convention ``google-cloud-s
 ``gcsfs`` honour) the library talks to that emulator anonymously; otherwise Application Default
 Credentials (``google.auth.default``: on Dataproc the VM's service account). Credentials and
 clients are never logged, shown by ``repr`` or pickled: a pickled instance holds the URL and
-builds its client again, lazily, where it is unpickled. Each thread has its own client.
+builds its client again, lazily, where it is unpickled. A call borrows a client from a small pool
+for its duration, so that concurrent calls never share one (not thread-local: pyarrow reads an
+input file from threads of its own, whose Python thread state is new on every call).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import re
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from . import ObjectInfo
@@ -67,7 +70,7 @@ class GcsStorage:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._local = threading.local()
+        self._free: list[Any] = []  # Bucket handles not in use, each with its own client
         self._lock = threading.Lock()
         self._credentials: Any = None
         self._project: str | None = None
@@ -84,23 +87,31 @@ class GcsStorage:
 
     # ---------------------------------------------------------------- clients
 
-    def _bucket(self):
-        """This thread's ``Bucket`` handle (its client is made on first use)."""
-        bucket = getattr(self._local, "bucket", None)
+    @contextmanager
+    def _bucket(self) -> Iterator[Any]:
+        """A ``Bucket`` handle whose client no other call uses meanwhile (made when none is free)."""
+        with self._lock:
+            bucket = self._free.pop() if self._free else None
         if bucket is None:
-            try:
-                from google.cloud import storage
-            except ImportError as exc:  # pragma: no cover - a dependency of the package
-                raise ImportError(f"stateDir {self.description} needs google-cloud-storage "
-                                  "(pip install google-cloud-storage)") from exc
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                client = storage.Client(project=None)  # the emulator's endpoint, anonymous
-            else:
-                credentials, project = self._default_credentials()
-                client = storage.Client(project=project, credentials=credentials)
-            bucket = client.bucket(self.bucket_name)
-            self._local.bucket = bucket
-        return bucket
+            bucket = self._new_bucket()
+        try:
+            yield bucket
+        finally:
+            with self._lock:
+                self._free.append(bucket)
+
+    def _new_bucket(self):
+        try:
+            from google.cloud import storage
+        except ImportError as exc:  # pragma: no cover - a dependency of the package
+            raise ImportError(f"stateDir {self.description} needs google-cloud-storage "
+                              "(pip install google-cloud-storage)") from exc
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            client = storage.Client(project=None)  # the emulator's endpoint, anonymous
+        else:
+            credentials, project = self._default_credentials()
+            client = storage.Client(project=project, credentials=credentials)
+        return client.bucket(self.bucket_name)
 
     def _default_credentials(self):
         with self._lock:
@@ -129,18 +140,19 @@ class GcsStorage:
         from google.api_core.exceptions import PreconditionFailed
 
         token = uuid.uuid4().hex
-        blob = self._bucket().blob(name)
-        blob.metadata = {**meta, _WRITE_TOKEN: token}
-        try:
-            blob.upload_from_string(bytes(data), content_type=_CONTENT_TYPE, if_generation_match=expected,
-                                    timeout=self.timeout)
-        except PreconditionFailed:
-            # Another writer's object, or this call's own first try whose answer was lost.
-            current = self._bucket().get_blob(name, timeout=self.timeout)
-            if current is not None and (current.metadata or {}).get(_WRITE_TOKEN) == token:
-                return int(current.generation)
-            return None
-        return int(blob.generation)
+        with self._bucket() as bucket:
+            blob = bucket.blob(name)
+            blob.metadata = {**meta, _WRITE_TOKEN: token}
+            try:
+                blob.upload_from_string(bytes(data), content_type=_CONTENT_TYPE, if_generation_match=expected,
+                                        timeout=self.timeout)
+            except PreconditionFailed:
+                # Another writer's object, or this call's own first try whose answer was lost.
+                current = bucket.get_blob(name, timeout=self.timeout)
+                if current is not None and (current.metadata or {}).get(_WRITE_TOKEN) == token:
+                    return int(current.generation)
+                return None
+            return int(blob.generation)
 
     # ------------------------------------------------------------------- read
 
@@ -151,16 +163,20 @@ class GcsStorage:
     def read_versioned(self, key: str) -> tuple[bytes, int] | None:
         from google.api_core.exceptions import NotFound
 
-        blob = self._bucket().blob(self._name(key))
-        try:
-            data = blob.download_as_bytes(timeout=self.timeout)
-        except NotFound:
-            return None
+        name = self._name(key)
+        with self._bucket() as bucket:
+            blob = bucket.blob(name)
+            try:
+                data = blob.download_as_bytes(timeout=self.timeout)
+            except NotFound:
+                return None
         # The download's x-goog-generation header: the generation these bytes are.
         return data, int(blob.generation)
 
     def stat(self, key: str) -> ObjectInfo | None:
-        blob = self._bucket().get_blob(self._name(key), timeout=self.timeout)
+        name = self._name(key)
+        with self._bucket() as bucket:
+            blob = bucket.get_blob(name, timeout=self.timeout)
         if blob is None:
             return None
         meta = {k: v for k, v in (blob.metadata or {}).items() if not k.startswith(RESERVED)}
@@ -168,7 +184,8 @@ class GcsStorage:
 
     def open_input(self, key: str) -> "GcsInputFile | None":
         name = self._name(key)
-        blob = self._bucket().get_blob(name, timeout=self.timeout)
+        with self._bucket() as bucket:
+            blob = bucket.get_blob(name, timeout=self.timeout)
         if blob is None:
             return None
         return GcsInputFile(self, name, int(blob.size), int(blob.generation))
@@ -177,11 +194,11 @@ class GcsStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
-        bucket = self._bucket()
-        blobs = bucket.client.list_blobs(bucket, prefix=self._root + prefix, fields="items(name),nextPageToken",
-                                         timeout=self.timeout)
         n = len(self._root)
-        return sorted(b.name[n:] for b in blobs if not b.name.endswith("/"))
+        with self._bucket() as bucket:
+            blobs = bucket.client.list_blobs(bucket, prefix=self._root + prefix,
+                                             fields="items(name),nextPageToken", timeout=self.timeout)
+            return sorted(b.name[n:] for b in blobs if not b.name.endswith("/"))
 
     def delete(self, keys: Iterable[str]) -> None:
         names = [self._name(k) for k in keys]
@@ -199,10 +216,11 @@ class GcsStorage:
     def _delete_one(self, name: str) -> None:
         from google.api_core.exceptions import NotFound
 
-        try:
-            self._bucket().blob(name).delete(timeout=self.timeout)
-        except NotFound:
-            pass
+        with self._bucket() as bucket:
+            try:
+                bucket.blob(name).delete(timeout=self.timeout)
+            except NotFound:
+                pass
 
     def delete_prefix(self, prefix: str) -> None:
         self.delete(self.list(prefix))
@@ -276,8 +294,9 @@ class GcsInputFile(io.RawIOBase):
         return n
 
     def _fetch(self, start: int, end: int) -> bytes:
-        blob = self._storage._bucket().blob(self._name, generation=self.generation)
-        data = blob.download_as_bytes(start=start, end=end - 1, checksum=None, timeout=self._storage.timeout)
+        with self._storage._bucket() as bucket:
+            data = bucket.blob(self._name, generation=self.generation).download_as_bytes(
+                start=start, end=end - 1, checksum=None, timeout=self._storage.timeout)
         if len(data) != end - start:
             raise OSError(f"short read of {self._storage.description}/{self._name}: "
                           f"{len(data)} of {end - start} bytes at {start}")

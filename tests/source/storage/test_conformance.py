@@ -283,11 +283,13 @@ def test_gcs_uses_application_default_credentials(monkeypatch):
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.setattr(google.auth, "default", fake_default)
     s = open_storage("gs://a-bucket/state")
-    bucket = s._bucket()
-    assert bucket.client._credentials is creds and bucket.client.project == "some-project"
+    with s._bucket() as bucket:
+        assert bucket.client._credentials is creds and bucket.client.project == "some-project"
+        with s._bucket() as other:  # a concurrent call: its own client, the same credentials
+            assert other.client is not bucket.client and other.client._credentials is creds
+    with s._bucket() as again:  # clients are reused once free
+        assert again.client in (bucket.client, other.client)
     assert calls == [["https://www.googleapis.com/auth/devstorage.read_write"]]
-    threading.Thread(target=s._bucket).start()  # another thread: its own client, the same credentials
-    assert len(calls) == 1
     assert "credential" not in repr(s).lower() and pickle.loads(pickle.dumps(s))._credentials is None
 
 
