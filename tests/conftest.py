@@ -18,7 +18,7 @@ PROJECT = "test-project"
 
 # The fast suite is ``-m "not integration"``: whatever needs the emulator or a SparkSession is
 # integration by definition, whether or not its module says so.
-_INTEGRATION_FIXTURES = {"spark", "emulator_host"}
+_INTEGRATION_FIXTURES = {"spark", "emulator_host", "gcs_server", "gcs_state_url"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,6 +43,32 @@ def emulator_host() -> Iterator[str]:
 
 
 _counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server on a free loopback port for the session (``tests/gcs_server.py``: skipped when
+    it can't start here, failed under ``CRDB_PUBSUB_REQUIRE_EMULATOR=1``). ``STORAGE_EMULATOR_HOST``
+    points at it meanwhile (every Cloud Storage client honours it) and is restored after."""
+    from gcs_server import start_gcs_server_or_skip
+
+    server = start_gcs_server_or_skip()
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = server.endpoint
+    try:
+        yield server
+    finally:
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous
+        server.stop()
+
+
+@pytest.fixture
+def gcs_state_url(gcs_server) -> str:
+    """A fresh ``gs://bucket/prefix`` on the test server, unique per test."""
+    return gcs_server.url(f"t{next(_counter)}-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture

@@ -1,0 +1,175 @@
+"""One storage interface for a ``stateDir``, on a POSIX file system or on Cloud Storage.
+
+:func:`open_storage` picks the implementation from the ``stateDir`` option: ``gs://bucket/prefix``
+is Cloud Storage (:class:`.gcs.GcsStorage`), a path or a ``file://`` URL is a local or mounted file
+system (:class:`.posix.PosixStorage`). Both keep the same promises, listed on :class:`Storage`;
+``tests/source/storage/test_conformance.py`` runs one set of tests over both.
+
+Keys are relative names under the storage's root, their parts separated by ``/`` (``batches/7.arrow``).
+A part is never empty, ``.`` or ``..``, and never starts with ``.`` (names starting with a dot are the
+POSIX implementation's own temporary and lock files). Objects are small to medium (KB to tens of MB).
+
+Versions (:meth:`Storage.read_versioned`, :meth:`Storage.swap`) are opaque positive integers, unique
+per write of a key: Cloud Storage's generation, or a number the POSIX implementation stores with the
+data. A key that was deleted and written again never gets a version it had before.
+
+Leases (one holder at a time, with an expiry) are built once over ``read_versioned``/``swap`` in
+:mod:`.lease`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+
+__all__ = ["ObjectInfo", "Storage", "StorageError", "open_storage"]
+
+
+class StorageError(RuntimeError):
+    """An object exists but cannot be read as one this storage wrote."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What :meth:`Storage.stat` knows of an object without reading its bytes."""
+
+    size: int  # bytes of data (as :meth:`Storage.read` returns them)
+    version: int  # the version :meth:`Storage.read_versioned` would return
+    metadata: Mapping[str, str] = field(default_factory=dict)  # as given to create/swap
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Write-once objects, compare-and-swap objects, listing and deletion under one root.
+
+    Every method may raise ``OSError`` (POSIX) or ``google.api_core.exceptions.GoogleAPIError``
+    (Cloud Storage) when the storage itself fails; the results below are what a call that returns
+    promises. Instances are safe to share between threads and can be pickled (to Spark executors):
+    a pickle holds the location only, never a client or credentials.
+    """
+
+    #: The root as the user gave it (a path or ``gs://bucket/prefix``), for messages. Never holds
+    #: credentials.
+    description: str
+
+    def create(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> bool:
+        """Store ``data`` at ``key`` only if no object is there (write-once; first writer wins).
+
+        Returns
+        -------
+        bool
+            True when this call created the object; False when an object already existed (it is
+            left as it was: a create never overwrites). When this returns, the object is durable.
+            A writer that dies mid-call leaves nothing readable under ``key``: readers see either
+            no object or all of ``data``. Of any number of concurrent creates of one key (threads,
+            processes, hosts), exactly one returns True.
+
+        Notes
+        -----
+        ``metadata`` (short str -> str pairs) is stored with the object, atomically with it, and
+        returned by :meth:`stat`.
+        """
+        ...
+
+    def read(self, key: str) -> bytes | None:
+        """The object's data, or None when there is no object at ``key``."""
+        ...
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        """Size, version and metadata of the object at ``key`` (its data is not read), or None."""
+        ...
+
+    def open_input(self, key: str) -> Any | None:
+        """A random-access readable file of the object's data, or None when there is none.
+
+        The file suits ``pyarrow.ipc.open_file``: with
+        ``pyarrow.ipc.IpcReadOptions(included_fields=...)`` only the footer, the batches' metadata
+        and the chosen columns' buffers are read (POSIX: from a memory map; Cloud Storage: ranged
+        reads of that one generation, so a concurrent rewrite is never mixed in). Close it when done
+        (it is a context manager).
+        """
+        ...
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys that start with ``prefix`` (a string prefix, not only a folder), sorted.
+
+        Strongly consistent: every create/swap that returned before the call is listed, every
+        delete that returned is not.
+        """
+        ...
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete the objects at ``keys``; keys with no object are fine."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object whose key starts with ``prefix`` (``""``: everything under the root)."""
+        ...
+
+    def read_versioned(self, key: str) -> tuple[bytes, int] | None:
+        """The object's data and version, or None when there is no object at ``key``.
+
+        Read the objects that :meth:`swap` writes with this (their versions are what ``swap``
+        compares); it works on objects written by :meth:`create` too.
+        """
+        ...
+
+    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None
+             ) -> int | None:
+        """Compare-and-swap: replace the object at ``key`` with ``data`` only if its version is
+        ``expected`` (``expected=0``: only if there is no object).
+
+        Returns
+        -------
+        int | None
+            The new version when this call wrote; None when the precondition failed (the object is
+            left as it was). Of concurrent swaps with the same ``expected`` at most one returns a
+            version. Durable, and atomic for readers, as :meth:`create`.
+        """
+        ...
+
+
+def open_storage(url_or_path: str) -> Storage:
+    """The :class:`Storage` for a ``stateDir`` value.
+
+    ``gs://bucket[/prefix]`` -> Cloud Storage (credentials: Application Default Credentials, or the
+    emulator's anonymous access when ``STORAGE_EMULATOR_HOST`` is set); an absolute or relative path,
+    or ``file:///path`` -> a POSIX file system. Anything else raises ``ValueError``.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    value = str(url_or_path).strip()
+    if not value:
+        raise ValueError("stateDir is empty: give a path, file:///path or gs://bucket/prefix")
+    if "://" not in value:
+        from .posix import PosixStorage
+
+        return PosixStorage(value)
+    parts = urlsplit(value)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"stateDir {_safe(value)!r}: a file:// URL names a local path "
+                             "(file:///path); for Cloud Storage use gs://bucket/prefix")
+        from .posix import PosixStorage
+
+        return PosixStorage(unquote(parts.path))
+    if scheme == "gs":
+        from .gcs import GcsStorage
+
+        return GcsStorage(value)
+    raise ValueError(f"stateDir {_safe(value)!r} has the scheme {scheme!r}; accepted: a path, "
+                     "file:///path, or gs://bucket/prefix")
+
+
+def _safe(value: str) -> str:
+    """``value`` without any user:password@ part, for messages."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "<unparseable>"
+    if "@" in parts.netloc:
+        return value.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1], 1)
+    return value

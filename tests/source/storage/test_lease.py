@@ -1,0 +1,201 @@
+"""Leases over both storages: one holder, renewals, takeover only after expiry (+ margin), the fence
+(a holder that lost its lease cannot write), releases that only release one's own lease."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from crdb_pubsub.source.storage import open_storage
+from crdb_pubsub.source.storage.lease import FENCE_GENERATION, FENCE_KEY, Lease, LeaseHeld, LeaseLost
+
+TTL, MARGIN = 30.0, 5.0
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    """Wall-clock seconds that move only when told (``sleep`` moves them)."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+def lease(storage, clock: Clock, key: str = "v3/LOCK", **kw) -> Lease:
+    return Lease(storage, key, ttl=kw.pop("ttl", TTL), margin=kw.pop("margin", MARGIN), clock=clock,
+                 sleep=clock.sleep, **kw)
+
+
+def test_acquire_renew_release(storage):
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    g1 = a.generation
+    record = json.loads(storage.read_versioned("v3/LOCK")[0])
+    assert storage.read_versioned("v3/LOCK")[1] == g1
+    assert record["holder"]["pid"] == os.getpid() and record["holder"]["host"] == socket.gethostname()
+    assert record["holder"]["since"] == T0 and record["expiry"] == T0 + TTL and not record["released"]
+    clock.t += 20
+    a.check()
+    a.renew()
+    assert a.generation != g1 and a.expiry == T0 + 20 + TTL
+    assert json.loads(storage.read("v3/LOCK"))["expiry"] == T0 + 20 + TTL
+    a.release()
+    a.release()  # idempotent
+    with pytest.raises(LeaseLost):
+        a.check()
+    b = lease(storage, clock).acquire(wait=0)  # released: free at once, long before the expiry
+    assert b.generation is not None
+    b.release()
+
+
+def test_no_takeover_before_expiry_and_the_message_names_the_holder(storage):
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    clock.t = T0 + TTL + MARGIN - 0.1  # past the expiry, not past the clock margin
+    b = lease(storage, clock)
+    with pytest.raises(LeaseHeld) as err:
+        b.acquire(wait=0)
+    msg = str(err.value)
+    assert f"pid {os.getpid()}" in msg and socket.gethostname() in msg
+    assert "since 2027-01-15T08:00:00+00:00" in msg and "'v3/LOCK'" in msg and storage.description in msg
+    assert "token" not in msg and err.value.holder["pid"] == os.getpid() and "token" not in err.value.holder
+    assert storage.read_versioned("v3/LOCK")[1] == a.generation
+
+
+def test_takeover_after_expiry(storage):
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    clock.t = T0 + TTL + MARGIN + 0.1
+    b = lease(storage, clock).acquire(wait=0)
+    assert b.generation != a.generation
+    with pytest.raises(LeaseLost):
+        a.renew()
+    with pytest.raises(LeaseLost):
+        a.check()
+    a.release()  # a compare-and-swap on the generation a held: b keeps the lease
+    with pytest.raises(LeaseHeld):
+        lease(storage, clock).acquire(wait=0)
+    b.check()
+
+
+def test_acquire_waits_for_expiry(storage):
+    clock = Clock()
+    lease(storage, clock).acquire(wait=0)  # a holder that then stops renewing
+    b = lease(storage, clock)
+    with pytest.raises(LeaseHeld, match="waited 20 s"):
+        b.acquire(wait=20, poll=1)
+    assert clock.t == pytest.approx(T0 + 20)
+    b.acquire(wait=60, poll=1)
+    assert T0 + TTL + MARGIN < clock.t <= T0 + TTL + MARGIN + 1
+
+
+def test_a_lost_lease_cannot_write(storage):
+    """The fence: A acquires and writes, then freezes (stops renewing); B takes over after the
+    expiry; A's next write through the lease raises LeaseLost and writes nothing."""
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    assert a.create("batches/1.arrow", b"by a")
+    info = storage.stat("batches/1.arrow")
+    assert info.metadata == {FENCE_KEY: "v3/LOCK", FENCE_GENERATION: str(a.generation)}
+    clock.t = T0 + TTL + MARGIN + 1  # A was frozen all this time
+    b = lease(storage, clock).acquire(wait=0)
+    with pytest.raises(LeaseLost):
+        a.create("batches/2.arrow", b"by a, too late")
+    with pytest.raises(LeaseLost):
+        a.swap("META.json", b"{}", 0)
+    with pytest.raises(LeaseLost):
+        a.delete(["batches/1.arrow"])
+    assert storage.list("batches/") == ["batches/1.arrow"] and storage.stat("META.json") is None
+    assert b.create("batches/2.arrow", b"by b", metadata={"n": "2"})
+    assert storage.stat("batches/2.arrow").metadata == {"n": "2", FENCE_KEY: "v3/LOCK",
+                                                         FENCE_GENERATION: str(b.generation)}
+
+
+def test_the_holder_stops_writing_before_anyone_can_take_over(storage):
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    clock.t = T0 + TTL - MARGIN - 0.1
+    a.check()
+    clock.t = T0 + TTL - MARGIN
+    with pytest.raises(LeaseLost, match="may have expired"):
+        a.create("x", b"")
+    a.renew()  # nobody took it over: a renewal is a CAS on what A holds, and A holds it again
+    a.check()
+
+
+def test_a_failed_renewal_fences_even_with_a_slow_clock(storage):
+    """A's clock is behind by more than twice the margin (a misconfigured host): its own check
+    would still pass, but its renewal finds the lease taken and every later write is refused."""
+    clock_a, clock_b = Clock(), Clock()
+    a = lease(storage, clock_a).acquire(wait=0)
+    clock_b.t = T0 + TTL + MARGIN + 1
+    lease(storage, clock_b).acquire(wait=0)
+    clock_a.t = T0 + 10
+    a.check()  # the clock says fine
+    with pytest.raises(LeaseLost):
+        a.renew()
+    with pytest.raises(LeaseLost):
+        a.create("x", b"")
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["absent", "expired"])
+def test_concurrent_acquirers_one_holder(storage_url, expired):
+    clock = Clock()
+    if expired:
+        lease(open_storage(storage_url), clock).acquire(wait=0)
+        clock.t = T0 + TTL + MARGIN + 1
+    n = 8
+    barrier = threading.Barrier(n)
+
+    def attempt(_: int) -> Lease | None:
+        mine = lease(open_storage(storage_url), clock)
+        barrier.wait()
+        try:
+            return mine.acquire(wait=0)
+        except LeaseHeld:
+            return None
+
+    with ThreadPoolExecutor(n) as pool:
+        got = list(pool.map(attempt, range(n)))
+    holders = [g for g in got if g is not None]
+    assert len(holders) == 1
+    assert open_storage(storage_url).read_versioned("v3/LOCK")[1] == holders[0].generation
+
+
+def test_background_renewer(storage):
+    """Real time: a 1.5 s lease renewed every 0.2 s outlives its first expiry; after
+    stop_renewing it lapses."""
+    a = Lease(storage, "claims/7/00003", ttl=1.5, margin=0.3).acquire(wait=0)
+    first = a.expiry
+    a.start_renewing(every=0.2)
+    a.start_renewing(every=0.2)  # a second start is a no-op
+    time.sleep(1.6)
+    assert a.expiry > first and time.time() > first
+    a.check()
+    a.stop_renewing()
+    assert not any(t.name.startswith("crdb-lease-renewer") for t in threading.enumerate())
+    stopped = a.expiry
+    time.sleep(0.3)
+    assert a.expiry == stopped
+    a.release()
+    Lease(storage, "claims/7/00003", ttl=1.5, margin=0.3).acquire(wait=0).release()
+
+
+def test_a_lease_is_not_pickled(storage):
+    import pickle
+
+    with pytest.raises(TypeError):
+        pickle.dumps(Lease(storage, "k"))
