@@ -86,9 +86,19 @@ def make_subscription(emulator_host: str) -> Callable[..., tuple[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local SparkSession for the whole run (start-up costs ~12 s)."""
+def spark(request):
+    """One local SparkSession for the whole run (start-up costs ~12 s).
+
+    The Cloud Storage test server is started first when it can be, so that Spark's Python
+    workers inherit ``STORAGE_EMULATOR_HOST`` (a ``gs://`` stateDir's tasks reach it); where it
+    can't, Spark still starts and only the ``gs://`` tests skip (or fail in CI).
+    """
     from pyspark.sql import SparkSession
+
+    try:
+        request.getfixturevalue("gcs_server")
+    except pytest.skip.Exception:
+        pass
 
     import crdb_pubsub
 
@@ -188,14 +198,16 @@ def publish_simulated(host_port: str, project: str, sim, stem: str, n_rows: int,
 
 
 def freeze_reader(state_dir) -> int:
-    """SIGSTOP the driver-side reader process holding ``state_dir`` (it records its pid in the
-    stateDir's lock file): it then answers neither Spark's SIGTERM nor its closed socket, as a
-    reader that outlives its query. Its pid, for :func:`end_frozen`."""
+    """SIGSTOP the driver-side reader process holding ``state_dir`` (its lease names its pid): it
+    then answers neither Spark's SIGTERM nor its closed socket, as a reader that outlives its query.
+    Its pid, for :func:`end_frozen`."""
     import json
     import signal
-    from pathlib import Path
 
-    pid = int(json.loads((Path(state_dir) / "v2" / "LOCK").read_text())["pid"])
+    from crdb_pubsub.source.storage import open_storage
+
+    record, _ = open_storage(str(state_dir)).read_versioned("v3/LOCK")
+    pid = int(json.loads(record)["holder"]["pid"])
     os.kill(pid, signal.SIGSTOP)
     return pid
 

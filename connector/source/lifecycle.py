@@ -99,6 +99,21 @@ def stale_sibling(pid: int) -> bool:
         a.decode(errors="replace").removesuffix(".py").endswith(RUNNER_MODULE) for a in argv)
 
 
+def gone_from_this_host(holder: dict) -> bool:
+    """Whether the lease ``holder`` (``{"pid", "host"}``) ran on this host and its process is gone:
+    its lease is free at once, as a dead process's lock would be."""
+    import socket
+
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
 def end_process(pid: int, *, kill: bool) -> None:
     """Ask ``pid`` to end (SIGTERM, and SIGCONT should it be stopped), or ``kill`` it."""
     for sig in ((signal.SIGKILL,) if kill else (signal.SIGTERM, signal.SIGCONT)):

@@ -122,9 +122,10 @@ class SourceOptions(BaseModel):
         3600, ge=1, le=7 * 24 * 3600, description="stop extending a message's lease after this long (it is then "
         "redelivered)")
     stateDir: str | None = Field(
-        None, description="directory (a file system path, not a URL) for exactly-once replay (see Guarantees); one "
-        "per query. With `receiver=executors` it is required and must be one directory that the driver and every "
-        "executor reach (an NFS mount on a cluster: see Scaling out)")
+        None, description="where the query keeps its state for exactly-once replay (see Guarantees), one per query: "
+        "`gs://bucket/prefix` (Cloud Storage, as on Dataproc), or a path (a local disk, or a mount every node "
+        "reaches). With `receiver=executors` it is required and must be reached by the driver and every executor: "
+        "`gs://` or a shared mount (see Scaling out)")
     receiver: Literal["driver", "executors"] = Field(
         "driver", description="who pulls: `driver` (one receiver in the driver-side reader; batches travel to the "
         "executors inside the partitions) or `executors` (each task pulls its share, records it in `stateDir`, "
@@ -181,14 +182,19 @@ class SourceOptions(BaseModel):
     @field_validator("stateDir")
     @classmethod
     def _state_dir(cls, v: str | None) -> str | None:
-        if v is not None and not v.strip():
-            raise ValueError("expected a directory path")
-        if v is not None and _URL.match(v):
-            # The records rely on POSIX files (fsync, no-clobber links, locks); a URL would
-            # silently become a local directory named after its scheme.
-            raise ValueError(f"expected a file system path, not the URL {v!r}: object stores (gs://, s3a://) and "
-                             "hdfs:// are not supported; on a cluster use a shared mount that every node reaches "
-                             "(an NFS mount such as Filestore), or a local disk with receiver=driver")
+        if v is None:
+            return v
+        if not v.strip():
+            raise ValueError("expected a directory path or gs://bucket/prefix")
+        if _URL.match(v):
+            # A URL the storage can't serve must not silently become a local directory named
+            # after its scheme.
+            scheme = v.split(":", 1)[0].lower()
+            bucket = v.split("://", 1)[1].split("/", 1)[0]
+            if scheme not in ("gs", "file") or (scheme == "gs" and not bucket):
+                raise ValueError(f"{v!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud "
+                                 "Storage), a path, or file:///path (a local disk, or a mount every node reaches); "
+                                 "hdfs:// and s3a:// are not supported")
         return v
 
     @field_validator("rowSchema")

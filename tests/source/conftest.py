@@ -32,6 +32,15 @@ def fake(monkeypatch) -> FakePubSub:
     return service
 
 
+@pytest.fixture(params=["posix", pytest.param("gcs", marks=pytest.mark.integration)])
+def storage_url(request, tmp_path) -> str:
+    """A fresh, empty ``stateDir`` value on each storage: a folder, or ``gs://bucket/prefix`` on the
+    Cloud Storage test server."""
+    if request.param == "posix":
+        return str(tmp_path / "state")
+    return request.getfixturevalue("gcs_state_url")
+
+
 def build_reader(subscription: str, **options: Any) -> Any:
     """A stream reader as Spark builds it in the driver: options validated at load()."""
     from crdb_pubsub.source.datasource import CrdbPubSubDataSource

@@ -87,10 +87,16 @@ def test_unknown_receiver_names_the_accepted_values(monkeypatch):
 
 
 @pytest.mark.parametrize("receiver", ["driver", "executors"])
-@pytest.mark.parametrize("url", ["gs://bucket/state", "hdfs:///user/x/state", "s3a://b/state"])
-def test_state_dir_urls_fail_fast(monkeypatch, receiver, url):
-    """A user on a cluster reaches for gs://; the stateDir is a file system path (a shared mount),
-    and a URL must not silently become a local directory named 'gs:'."""
+@pytest.mark.parametrize("url", ["hdfs:///user/x/state", "s3a://b/state", "gs://", "gs:///no-bucket"])
+def test_state_dir_urls_other_than_gs_fail_fast(monkeypatch, receiver, url):
+    """A URL the source can't keep its state in must not silently become a local directory named
+    after its scheme: it fails at load(), naming the option and the accepted forms."""
     _clean_env(monkeypatch)
-    with pytest.raises(OptionError, match="stateDir.*mount"):
+    with pytest.raises(OptionError, match="stateDir.*gs://bucket"):
         parse_options({"subscription": SUB, "receiver": receiver, "stateDir": url})
+
+
+@pytest.mark.parametrize("value", ["gs://bucket/state/query-1", "file:///tmp/state", "/mnt/nfs/state"])
+def test_state_dir_takes_gs_urls_and_paths(monkeypatch, value):
+    _clean_env(monkeypatch)
+    assert parse_options({"subscription": SUB, "receiver": "executors", "stateDir": value}).stateDir == value

@@ -83,7 +83,7 @@ class ExecutorsMode:
         assert options.stateDir, "receiver=executors needs stateDir (checked by the options)"
         self._opts = options
         self.counters = counters
-        self._store = SliceStore(options.stateDir)
+        self._slice_store: SliceStore | None = None  # in the ledger's storage, once started
         self._given_rpc = rpc
         self._rpc: Rpc | None = None
         self._ledger: Ledger | None = None
@@ -107,6 +107,11 @@ class ExecutorsMode:
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
 
+    @property
+    def _store(self) -> SliceStore:
+        assert self._slice_store is not None, "the mode has not started"
+        return self._slice_store
+
     # ---------------------------------------------------------------- Mode
 
     def start(self, ledger: Ledger | None, recovered: Recovered | None) -> None:
@@ -125,6 +130,7 @@ class ExecutorsMode:
                                                 lease_seconds=opts.ackDeadlineSeconds,
                                                 endpoint=opts.endpoint_description)
         self._ledger, self._rpc = ledger, rpc
+        self._slice_store = SliceStore(ledger.storage)
         self._committed = recovered.newest_commit
         self._store.drop(recovered.newest_commit)
         self._acker = Acker(rpc)
@@ -214,12 +220,11 @@ class ExecutorsMode:
     def acknowledge(self, upto: int) -> None:
         assert self._ledger is not None and self._acks is not None and self._leaser is not None
         with self._lock:
-            batches = sorted(b for b in self._plans if b <= upto)
+            plans = sorted(((b, p) for b, p in self._plans.items() if b <= upto), key=lambda bp: bp[0])
+        batches = [b for b, _ in plans]
         done: list[_Slice] = []
         evidence = True
-        for bid in batches:
-            with self._lock:
-                plan = self._plans[bid]
+        for bid, plan in plans:
             slices = [self._slice(bid, p) for p in range(plan.parts)]
             done.extend(slices)
             if bid == upto:
@@ -243,7 +248,8 @@ class ExecutorsMode:
             self._ledger.committed(upto, acks)
         else:
             self._ledger.committed(upto, [])
-        self._store.drop(upto)
+        for bid, plan in plans:
+            self._store.forget(bid, plan.parts)
         ledger = self._ledger
         self._acks.acknowledge(chunks, lambda unproven: ledger.answered(upto, unproven))
 
@@ -308,7 +314,7 @@ class ExecutorsMode:
             if time.monotonic() >= end:
                 raise StateDirError(
                     f"batch {bid} was committed by Spark but its slice {part} is not in the stateDir "
-                    f"({self._store.path(bid, part)}) after {SLICE_VISIBLE_SECONDS:.0f} s; its messages can't be "
+                    f"({self._store.key(bid, part)}) after {SLICE_VISIBLE_SECONDS:.0f} s; its messages can't be "
                     "acknowledged, so the query stops (is the stateDir one directory that every executor and the "
                     "driver reach?)")
             time.sleep(0.5)

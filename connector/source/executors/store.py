@@ -1,34 +1,32 @@
-"""Where slices live: ``<stateDir>/v2/slices/<batch>/<partition>.arrow``.
+"""Where slices live: ``<stateDir>/v3/slices/<batch>/<partition>.arrow``, in the stateDir's storage.
 
 A slice is an Arrow IPC file with :data:`SLICE_SCHEMA` (the messages a task pulled, the
-subscription and ack id of each, and its :data:`role`) and metadata saying how the pull ended
-(:class:`SliceInfo`). It is written to a name of its own attempt, fsynced, then *linked* to its
-final name: ``link`` fails when the name exists, so of two attempts (a speculative copy, or a
-retry racing a task presumed dead) exactly one publishes, and a task killed mid-write leaves only
-a temporary file that nothing trusts. A claim keeps a second attempt from pulling at all while
-the first is alive.
+subscription and ack id of each, and its role) and metadata saying how the pull ended
+(:class:`SliceInfo`). It is written once (:meth:`~..storage.Storage.create`: a POSIX ``link``, a
+Cloud Storage ``ifGenerationMatch=0``), so of two attempts (a speculative copy, or a retry racing
+a task presumed dead) exactly one publishes, and a task killed mid-write leaves nothing readable.
+A claim (a lease with an expiry, ``<partition>.claim``) keeps a second attempt from pulling while
+the first is alive; an attempt whose executor died is taken over once its claim expired, and its
+late write, if it wakes, is refused (the claim fences it).
 
 Every reader opens a slice by its exact name: the driver knows from a batch's plan how many slices
 it has, and a shared file system's client may not list a file another host created a moment ago
 (NFS attribute caching). Listing is used only to find slices early for leasing, best effort.
-The driver reads only the small columns (``sub``, ``message_id``, ``ack_id``, ``role``) of a
-memory-mapped file, and the metadata.
+The driver reads only the small columns (``sub``, ``message_id``, ``ack_id``, ``role``) and the
+metadata: from a memory map on POSIX, by ranged reads on Cloud Storage.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import shutil
-import time
-import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 
-from ..state.ledger import BATCH_SCHEMA
+from ..lifecycle import gone_from_this_host
+from ..state.ledger import BATCH_SCHEMA, ROOT
+from ..storage import Storage
+from ..storage.lease import Lease, LeaseHeld
 
 # What a task does with each row of its slice.
 KEEP = 0  # yielded; acknowledged when the batch commits
@@ -37,6 +35,16 @@ LATER = 2  # AvailableNow: published after the cutoff; not yielded, handed back 
 
 SLICE_SCHEMA = pa.schema([*BATCH_SCHEMA, pa.field("role", pa.int8())])
 ACK_COLUMNS = ("sub", "message_id", "ack_id", "role")
+_ACK_FIELDS = [SLICE_SCHEMA.get_field_index(name) for name in ACK_COLUMNS]
+
+# A claim lasts this long past its holder's last renewal (renewed every third of it while the
+# task pulls and records); another attempt takes it over that plus the margin after.
+CLAIM_TTL_SECONDS = 10.0
+CLAIM_MARGIN_SECONDS = 2.0
+
+
+class SliceConflict(RuntimeError):
+    """Another attempt of the same task still holds its claim."""
 
 
 @dataclass(frozen=True)
@@ -74,110 +82,83 @@ class SliceInfo:
 
 
 class SliceStore:
-    """The slices under one stateDir (used by the driver and by every task)."""
+    """The slices in one stateDir's storage (used by the driver and by every task)."""
 
-    def __init__(self, state_dir: str) -> None:
-        self.root = Path(state_dir) / "v2" / "slices"
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
 
-    def _batch_dir(self, batch_id: int) -> Path:
-        return self.root / f"{batch_id:020d}"
+    @staticmethod
+    def _dir(batch_id: int) -> str:
+        return f"{ROOT}/slices/{batch_id:020d}/"
 
-    def path(self, batch_id: int, partition: int) -> Path:
-        return self._batch_dir(batch_id) / f"{partition:05d}.arrow"
+    def key(self, batch_id: int, partition: int) -> str:
+        return f"{self._dir(batch_id)}{partition:05d}.arrow"
 
     # ---------------------------------------------------------------- tasks
 
-    def claim(self, batch_id: int, partition: int, *, wait: float) -> "Claim | None":
-        """Hold the right to pull for ``(batch, partition)``; ``None`` if another live attempt still
-        holds it after ``wait`` seconds."""
-        d = self._batch_dir(batch_id)
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(d / f"{partition:05d}.claim", os.O_RDWR | os.O_CREAT, 0o600)
-        end = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return Claim(fd)
-            except BlockingIOError:
-                if time.monotonic() >= end:
-                    os.close(fd)
-                    return None
-                time.sleep(0.05)
+    def claim(self, batch_id: int, partition: int, *, wait: float) -> Lease:
+        """Hold the right to pull for ``(batch, partition)``, renewed until released; waits up to
+        ``wait`` s for another attempt's claim to be released or to expire.
 
-    def publish(self, batch_id: int, partition: int, table: pa.Table, info: SliceInfo) -> bool:
-        """Write the slice durably; False when another attempt's slice is already there."""
-        final = self.path(batch_id, partition)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f"{final.stem}.{uuid.uuid4().hex[:8]}.tmp")
+        Raises :class:`SliceConflict` (naming the holder) if it is still held then.
+        """
+        lease = Lease(self.storage, f"{self._dir(batch_id)}{partition:05d}.claim", ttl=CLAIM_TTL_SECONDS,
+                      margin=CLAIM_MARGIN_SECONDS)
         try:
-            with open(tmp, "wb") as fh:
-                with pa.ipc.new_file(fh, SLICE_SCHEMA.with_metadata(info.metadata())) as writer:
-                    writer.write_table(table.cast(SLICE_SCHEMA) if table.schema != SLICE_SCHEMA else table)
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-            _fsync_dir(final.parent)
-            return True
-        finally:
-            tmp.unlink(missing_ok=True)
+            lease.acquire(wait, poll=0.25, gone=gone_from_this_host)
+        except LeaseHeld as exc:
+            raise SliceConflict(f"crdb_pubsub: another attempt of batch {batch_id} partition {partition} still holds "
+                                f"its claim ({exc}); this attempt fails so that the batch does not read twice") from None
+        lease.start_renewing()
+        return lease
+
+    def publish(self, claim: Lease, batch_id: int, partition: int, table: pa.Table, info: SliceInfo) -> bool:
+        """Write the slice durably while ``claim`` is held; False when another attempt's slice is
+        already there. Raises ``LeaseLost`` when the claim was lost (taken over)."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, SLICE_SCHEMA.with_metadata(info.metadata())) as writer:
+            writer.write_table(table.cast(SLICE_SCHEMA) if table.schema != SLICE_SCHEMA else table)
+        return claim.create(self.key(batch_id, partition), sink.getvalue().to_pybytes())
 
     def read(self, batch_id: int, partition: int) -> pa.Table | None:
         """The recorded slice (every column), or ``None`` if none was published."""
-        try:
-            with pa.memory_map(str(self.path(batch_id, partition))) as source:
-                return pa.ipc.open_file(source).read_all()
-        except FileNotFoundError:
+        source = self.storage.open_input(self.key(batch_id, partition))
+        if source is None:
             return None
+        with source:
+            return pa.ipc.open_file(source).read_all()
 
     def read_acks(self, batch_id: int, partition: int) -> tuple[pa.Table, SliceInfo] | None:
-        """The small columns of a slice (memory-mapped: the bodies are not read) and its metadata;
-        ``None`` if none was published."""
-        try:
-            with pa.memory_map(str(self.path(batch_id, partition))) as source:
-                reader = pa.ipc.open_file(source)
-                table = reader.read_all().select(list(ACK_COLUMNS))
-                return table, SliceInfo.of(reader.schema)
-        except FileNotFoundError:
+        """The small columns of a slice (the bodies are not read) and its metadata; ``None`` if
+        none was published."""
+        source = self.storage.open_input(self.key(batch_id, partition))
+        if source is None:
             return None
+        with source:
+            reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=_ACK_FIELDS))
+            return reader.read_all(), SliceInfo.of(reader.schema)
 
     # ---------------------------------------------------------------- driver
 
     def listed(self, batch_id: int) -> list[int]:
-        """Partitions whose slice a directory listing shows now (best effort: see the module)."""
-        d = self._batch_dir(batch_id)
-        try:
-            names = os.listdir(d)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-6]) for n in names if n.endswith(".arrow") and n[:-6].isdigit())
+        """Partitions whose slice a listing shows now (best effort: see the module)."""
+        prefix = self._dir(batch_id)
+        out = []
+        for key in self.storage.list(prefix):
+            name = key[len(prefix):]
+            if name.endswith(".arrow") and name[:-6].isdigit():
+                out.append(int(name[:-6]))
+        return sorted(out)
+
+    def forget(self, batch_id: int, parts: int) -> None:
+        """Delete the slices and claims of a committed batch (by name: no listing)."""
+        d = self._dir(batch_id)
+        self.storage.delete([f"{d}{p:05d}.{kind}" for p in range(parts) for kind in ("arrow", "claim")])
 
     def drop(self, upto: int) -> None:
-        """Forget the slices of every batch ``<= upto`` (acknowledged, or never to be replayed)."""
-        if not self.root.exists():
-            return
-        for p in self.root.iterdir():
-            if p.name.isdigit() and int(p.name) <= upto:
-                shutil.rmtree(p, ignore_errors=True)
-
-
-class Claim:
-    """A held flock; released by :meth:`release` or by the holder's death."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        """Delete the slices of every batch ``<= upto`` (a listing: used once, at start)."""
+        prefix = f"{ROOT}/slices/"
+        batches = {key[len(prefix):].split("/", 1)[0] for key in self.storage.list(prefix)}
+        for name in batches:
+            if name.isdigit() and int(name) <= upto:
+                self.storage.delete_prefix(f"{prefix}{name}/")

@@ -30,10 +30,13 @@ import pyarrow.compute as pc
 from ..pubsub.chunks import DONE, Chunk
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet
+from ..storage import open_storage
+from ..storage.lease import Lease
 from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
 from .orders import SliceOrder
-from .store import KEEP, LATER, REDELIVERY, SLICE_SCHEMA, SliceInfo, SliceStore, SubscriptionPull
+from .store import (CLAIM_MARGIN_SECONDS, CLAIM_TTL_SECONDS, KEEP, LATER, REDELIVERY, SLICE_SCHEMA, SliceConflict,
+                    SliceInfo, SliceStore, SubscriptionPull)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..options import SourceOptions
@@ -45,29 +48,23 @@ PULL_TIMEOUT_SECONDS = 2.0
 RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive at least this much longer
 
 
-class SliceConflict(RuntimeError):
-    """Another attempt of the same task is still pulling."""
-
-
 @contextlib.contextmanager
 def pulled_slice(options: "SourceOptions", order: SliceOrder) -> Iterator[pa.Table]:
     """The messages of ``order``'s slice to yield (:data:`MESSAGE_SCHEMA`), for the duration of the
     ``with``: the recorded slice if one exists, else a new one, pulled and recorded first. The
     leases of a new slice are kept until the ``with`` ends (Spark consumed the rows), then
     extended once more for the driver to take over."""
-    store = SliceStore(options.stateDir or "")
+    store = SliceStore(open_storage(options.stateDir or ""))
     table = store.read(order.batch_id, order.index)
     keeper: Leaser | None = None
     chunks: list[Chunk] = []
     if table is None:
-        claim = store.claim(order.batch_id, order.index, wait=order.seconds + 3 * PULL_TIMEOUT_SECONDS + 10.0)
-        if claim is None:
-            raise SliceConflict(f"crdb_pubsub: another attempt of batch {order.batch_id} partition {order.index} is "
-                                "still pulling; this attempt fails so that the batch does not read twice")
+        # Another attempt's claim is waited for until it must have expired (its executor died).
+        claim = store.claim(order.batch_id, order.index, wait=CLAIM_TTL_SECONDS + 2 * CLAIM_MARGIN_SECONDS + 5.0)
         try:
             table = store.read(order.batch_id, order.index)  # the other attempt may have finished meanwhile
             if table is None:
-                table, keeper, chunks = _pull_and_record(options, order, store)
+                table, keeper, chunks = _pull_and_record(options, order, store, claim)
         finally:
             claim.release()
     try:
@@ -79,7 +76,7 @@ def pulled_slice(options: "SourceOptions", order: SliceOrder) -> Iterator[pa.Tab
             keeper.extend(chunks, order.lease_seconds)
 
 
-def _pull_and_record(options: "SourceOptions", order: SliceOrder, store: SliceStore
+def _pull_and_record(options: "SourceOptions", order: SliceOrder, store: SliceStore, claim: Lease
                      ) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
     rpc = _rpc(options)
     keeper = Leaser(rpc.modify_ack_deadline, lease_seconds=order.lease_seconds,
@@ -92,7 +89,7 @@ def _pull_and_record(options: "SourceOptions", order: SliceOrder, store: SliceSt
         pulled.drop_unproven(rpc)
         pulled.mark_recorded_elsewhere(store)
         table, info = pulled.table(), pulled.info()
-        published = store.publish(order.batch_id, order.index, table, info)
+        published = store.publish(claim, order.batch_id, order.index, table, info)
     except BaseException:
         keeper.stop(timeout=1.0)
         pulled.hand_back(rpc)  # nothing was recorded: let Pub/Sub deliver them again at once

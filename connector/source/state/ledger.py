@@ -1,8 +1,9 @@
 """``stateDir``: what this query planned and acknowledged, durably, for exactly-once replay.
 
-Layout (``<stateDir>/v2``)::
+The ledger lives in a :class:`~..storage.Storage` (a POSIX directory or ``gs://bucket/prefix``),
+under ``v3/``::
 
-    LOCK                      flock: one live process per stateDir
+    LOCK                      the single-writer lease (:mod:`..storage.lease`): one live process per stateDir
     META.json                 the query run and subscriptions this directory belongs to
     batches/<N>.arrow         receiver=driver: batch N as planned, messages and ack ids, written
                               before Spark learns its offset, so that Spark's replay of N yields
@@ -12,23 +13,24 @@ Layout (``<stateDir>/v2``)::
                               slices the tasks record are the batch's content
     acked/<X>.arrow           the messages of every batch <= X, written when Spark's commit of X
                               was proven; its ``answered`` marker follows once Pub/Sub answered
-    acked/<X>.answered        all acknowledgements of X were answered (acked_at in the file)
-    acked/<X>.unconfirmed.arrow  those Pub/Sub did not confirm, with their ack ids
+    acked/<X>.answered.<T>    all acknowledgements of X were answered, at T (epoch milliseconds)
+    acked/<X>.unconfirmed.<R>.arrow  the R of them not proven acknowledged, with their ack ids
 
 What a new process learns from it (:meth:`Ledger.recover`): batches planned but not known to be
 committed (replayed if Spark asks; a driver-mode batch Spark never saw returns to the buffer, an
-executors-mode plan is reused for the batch of the same number); message ids to drop
-when Pub/Sub delivers them again (for the dedupe window after a confirmed acknowledgement, far
-longer after an unconfirmed one); and acknowledgements to send again.
+executors-mode plan is reused for the batch of the same number); message ids to drop when Pub/Sub
+delivers them again (for the dedupe window after a proven acknowledgement, far longer after an
+unproven one); and acknowledgements to send again.
 
-Every file is written to a temporary name, fsynced and renamed (and the directory fsynced), so a
-crash leaves the old or the new file, never half of one. Writes and the lock are guarded by one
-thread lock: the planner writes from Spark's thread, acknowledgement answers arrive on the acker's.
+Every object but META.json is written once (a create that never overwrites), and every write goes
+through the lease: a process that lost it (frozen past its expiry, another process took over)
+can no longer write (:class:`StateDirError`). A commit deletes its batch's objects by name; what
+outlived its window is pruned from one listing of ``acked/`` every :data:`PRUNE_EVERY_SECONDS`
+(the names say when and how many), so nothing is kept in memory per batch.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -41,21 +43,28 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from ..lifecycle import end_process, stale_sibling
+from ..lifecycle import end_process, gone_from_this_host, stale_sibling
+from ..storage import Storage, open_storage
+from ..storage.lease import Lease, LeaseHeld, LeaseLost
 from ..wire import MESSAGE_SCHEMA
 
 log = logging.getLogger("crdb_pubsub.ledger")
 
-FORMAT = 2
+FORMAT = 3
+ROOT = "v3"
 BATCH_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("ack_id", pa.string()), *MESSAGE_SCHEMA])
 ACKED_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())])
 
-
+# The single-writer lease: renewed every LOCK_TTL_SECONDS / 3; another process takes it over once
+# it is LOCK_MARGIN_SECONDS past its expiry (a holder on this host whose process is gone at once).
+LOCK_TTL_SECONDS = 15.0
+LOCK_MARGIN_SECONDS = 3.0
 # A reader that Spark terminated hands back within 6 s (datasource.HAND_BACK_SECONDS + 1) and is
 # ended by the kernel 2 s later at the latest (lifecycle.KILL_MARGIN_SECONDS): by then a holder
 # still there did not get or could not handle Spark's SIGTERM.
 TAKEOVER_AFTER_SECONDS = 8.0
 KILL_AFTER_SECONDS = 5.0
+PRUNE_EVERY_SECONDS = 30.0
 
 
 class StateDirError(RuntimeError):
@@ -73,73 +82,129 @@ class Recovered:
     plans: dict[int, dict] = field(default_factory=dict)  # receiver=executors: batch id -> plan, uncommitted
 
 
-class Ledger:
-    """The durable record of one query's batches under ``<stateDir>/v2``."""
+def _batch(bid: int) -> str:
+    return f"{ROOT}/batches/{bid:020d}.arrow"
 
-    def __init__(self, state_dir: str, *, wait_seconds: float, window_seconds: float, unconfirmed_seconds: float,
-                 run: str | None = None, wall: Callable[[], float] = time.time,
+
+def _plan(bid: int) -> str:
+    return f"{ROOT}/plans/{bid:020d}.json"
+
+
+def _acked(bid: int) -> str:
+    return f"{ROOT}/acked/{bid:020d}.arrow"
+
+
+def _answered(bid: int, at: float) -> str:
+    return f"{ROOT}/acked/{bid:020d}.answered.{int(at * 1000)}"
+
+
+def _unconfirmed(bid: int, rows: int) -> str:
+    return f"{ROOT}/acked/{bid:020d}.unconfirmed.{rows}.arrow"
+
+
+@dataclass
+class _Commit:
+    """What ``acked/`` holds of one commit, from the names of its objects."""
+
+    record: str | None = None
+    answered: tuple[str, float] | None = None  # (key, acked_at)
+    unconfirmed: tuple[str, int] | None = None  # (key, rows)
+
+
+def _commits(keys: Sequence[str]) -> dict[int, _Commit]:
+    out: dict[int, _Commit] = {}
+    for key in keys:
+        name = key.rsplit("/", 1)[1]
+        head, _, rest = name.partition(".")
+        if not head.isdigit():
+            continue
+        c = out.setdefault(int(head), _Commit())
+        if rest == "arrow":
+            c.record = key
+        elif rest.startswith("answered.") and rest[9:].isdigit():
+            c.answered = (key, int(rest[9:]) / 1000)
+        elif rest.startswith("unconfirmed.") and rest.endswith(".arrow") and rest[12:-6].isdigit():
+            c.unconfirmed = (key, int(rest[12:-6]))
+    return out
+
+
+class Ledger:
+    """The durable record of one query's batches in its stateDir.
+
+    ``_lock`` serialises the ledger's writes and its in-memory index of what it wrote; the
+    planner writes from Spark's thread, acknowledgement answers arrive on the acker's. It is a
+    leaf lock except for the lease's own (taken under it by every fenced write).
+    """
+
+    def __init__(self, state_dir: "str | Storage", *, wait_seconds: float, window_seconds: float,
+                 unconfirmed_seconds: float, run: str | None = None, wall: Callable[[], float] = time.time,
                  max_unconfirmed: int = 20_000_000) -> None:
-        """Take the directory, waiting up to ``wait_seconds`` for its holder to release it.
+        """Take the stateDir's lease, waiting up to ``wait_seconds`` for its holder to release it.
 
         ``run``: the query run Spark named in the call that opened the ledger, if it named one.
         A holder that is a stale reader of that same run (see :func:`.lifecycle.stale_sibling`)
         is ended once it has had :data:`TAKEOVER_AFTER_SECONDS` to end by itself.
         """
-        self._root = Path(state_dir)
-        self._dir = self._root / "v2"
+        self.storage = open_storage(state_dir) if isinstance(state_dir, str) else state_dir
+        self._where = self.storage.description
         self._window = window_seconds
         self._unconfirmed = unconfirmed_seconds
         self._max_unconfirmed = max_unconfirmed
-        self._unconfirmed_rows: dict[str, int] = {}  # file name -> rows, of the unconfirmed files on disk
         self._wall = wall
         self._lock = threading.Lock()
-        for sub in ("batches", "plans", "acked"):
-            (self._dir / sub).mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = self._acquire(wait_seconds, run)
-        if (self._root / "v1").exists():
-            log.warning("stateDir %s holds state of an older version (v1) that this version does not read; "
-                        "its pending batches will be delivered again by Pub/Sub", state_dir)
+        self._closed = False
+        self._pending: set[str] = set()  # batches/ and plans/ keys of uncommitted batches
+        self._newest_commit = -1
+        self._pruned_at = 0.0
+        self._lease = Lease(self.storage, f"{ROOT}/LOCK", ttl=LOCK_TTL_SECONDS, margin=LOCK_MARGIN_SECONDS)
+        self._acquire(wait_seconds, run)
+        self._lease.start_renewing()
+        try:
+            if self.storage.list("v2/") or self.storage.list("v1/"):
+                log.warning("stateDir %s holds state of an older version (v1/v2) that this version does not read; "
+                            "its pending batches will be delivered again by Pub/Sub", self._where)
+        except Exception:  # noqa: BLE001 - only a warning depends on it
+            pass
 
-    def _acquire(self, wait_seconds: float, run: str | None) -> int:
-        fd = os.open(self._dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+    # ---------------------------------------------------------------- the lease
+
+    def _acquire(self, wait_seconds: float, run: str | None) -> None:
         t0 = time.monotonic()
         end = t0 + wait_seconds
         warned = False
         asked: tuple[int, float] | None = None  # (pid, when) of a stale holder asked to end
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                _write_holder(fd)
-                return fd
-            except BlockingIOError:
-                now = time.monotonic()
-                if run is not None and now - t0 >= TAKEOVER_AFTER_SECONDS:
-                    asked = self._end_stale_holder(fd, run, asked, now)
-                if now >= end:
-                    holder = _describe_holder(fd)
-                    os.close(fd)
-                    raise StateDirError(
-                        f"stateDir {self._root} is in use by another running query{holder} (waited "
-                        f"{wait_seconds:.0f} s for it to be released); each query needs its own stateDir") from None
-                if not warned:
-                    warned = True
-                    log.info("stateDir %s is still held, probably by the previous run of this query that is "
-                             "shutting down; waiting up to %.0f s", self._root, wait_seconds)
-                time.sleep(0.1)
+                self._lease.acquire(0, gone=gone_from_this_host)
+                return
+            except LeaseHeld as exc:
+                holder = exc.holder
+            now = time.monotonic()
+            if run is not None and now - t0 >= TAKEOVER_AFTER_SECONDS:
+                asked = self._end_stale_holder(holder, run, asked, now)
+            if now >= end:
+                raise StateDirError(
+                    f"stateDir {self._where} is in use by another running query{_describe_holder(holder)} (waited "
+                    f"{wait_seconds:.0f} s for it to be released); each query needs its own stateDir") from None
+            if not warned:
+                warned = True
+                log.info("stateDir %s is still held, probably by the previous run of this query that is "
+                         "shutting down; waiting up to %.0f s", self._where, wait_seconds)
+            time.sleep(0.25)
 
-    def _end_stale_holder(self, fd: int, run: str, asked: tuple[int, float] | None,
+    def _end_stale_holder(self, holder: dict, run: str, asked: tuple[int, float] | None,
                           now: float) -> tuple[int, float] | None:
         """End the holder if it is a reader of this driver serving ``run``: its run has ended, its
         process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
         :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
         what a crash leaves."""
-        pid = _holder_pid(fd)
+        pid = holder.get("pid") if holder.get("host") == socket.gethostname() else None
         meta = self._meta_or_none()
-        if pid is None or meta is None or meta.get("run") != run or not stale_sibling(pid):
+        if not isinstance(pid, int) or meta is None or meta.get("run") != run or not stale_sibling(pid):
             return asked
         if asked is None or asked[0] != pid:
             log.warning("stateDir %s is still held by pid %d, a reader of this query run (%s) that Spark ended but "
-                        "that did not exit; asking it to end", self._root, pid, run)
+                        "that did not exit; asking it to end", self._where, pid, run)
             end_process(pid, kill=False)
             return pid, now
         if now - asked[1] >= KILL_AFTER_SECONDS:
@@ -156,24 +221,42 @@ class Ledger:
             return None
 
     def close(self) -> None:
-        """Release the directory (no write happens after this)."""
+        """Release the stateDir (no write happens after this)."""
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._lease.release()
+        except Exception as exc:  # noqa: BLE001 - the lease expires anyway
+            log.warning("releasing the stateDir %s failed (%s); the next process takes it over when it expires",
+                        self._where, exc)
+
+    def _fenced(self, write: Callable[[], object]) -> object:
+        """Run one write while holding the lease; a process that lost it must not write."""
+        try:
+            return write()
+        except LeaseLost as exc:
+            raise StateDirError(f"stateDir {self._where}: this process no longer holds it ({exc}); another process "
+                                "took it over, so this one stops writing") from None
+
+    def _create(self, key: str, data: bytes) -> bool:
+        return bool(self._fenced(lambda: self._lease.create(key, data)))
 
     # ---------------------------------------------------------------- identity
 
     def meta(self) -> dict | None:
-        try:
-            return json.loads((self._dir / "META.json").read_text())
-        except FileNotFoundError:
+        found = self.storage.read_versioned(f"{ROOT}/META.json")
+        if found is None:
             return None
+        try:
+            return json.loads(found[0])
         except ValueError:
-            raise StateDirError(f"stateDir {self._root}: META.json is unreadable; delete the directory to start over") from None
+            raise StateDirError(f"stateDir {self._where}: META.json is unreadable; delete the stateDir to start "
+                                "over") from None
 
     def has_committed_history(self) -> bool:
-        return any((self._dir / "acked").glob("*.arrow"))
+        return self._newest_commit >= 0 or any(k.endswith(".arrow") for k in self.storage.list(f"{ROOT}/acked/"))
 
     def check_subscriptions(self, subscriptions: Sequence[str]) -> None:
         """Refuse a directory recorded for another subscription list."""
@@ -181,7 +264,7 @@ class Ledger:
         subs = sorted(subscriptions)
         if meta is not None and meta.get("subscriptions") != subs:
             raise StateDirError(
-                f"stateDir {self._root} belongs to a query reading subscription(s) "
+                f"stateDir {self._where} belongs to a query reading subscription(s) "
                 f"{', '.join(meta.get('subscriptions', []))}; this query reads {', '.join(subs)}. "
                 "Give each query its own stateDir")
 
@@ -195,220 +278,214 @@ class Ledger:
         batches anew.
         """
         self.check_subscriptions(subscriptions)
-        meta = self.meta()
+        found = self.storage.read_versioned(f"{ROOT}/META.json")
+        meta = self.meta() if found is not None else None
         recorded = meta.get("run") if meta is not None else None
         if meta is not None:
             if recorded == run or (run is None and not fresh):
                 return  # this run's directory, or a checkpoint of an older version that names no run
             if self.has_committed_history():
                 raise StateDirError(
-                    f"stateDir {self._root} belongs to another query (run {recorded}"
+                    f"stateDir {self._where} belongs to another query (run {recorded}"
                     + (f"; this query's checkpoint names run {run}" if run and not fresh else "; this query starts from a new checkpoint")
                     + "): it holds that query's committed batches. Give each query (each checkpointLocation) its own "
                     "stateDir, or delete the directory if the other query is gone for good")
         if run is None:
             return
-        self._write_bytes(self._dir / "META.json",
-                          json.dumps({"format": FORMAT, "run": run, "subscriptions": sorted(subscriptions)}, indent=1).encode())
+        data = json.dumps({"format": FORMAT, "run": run, "subscriptions": sorted(subscriptions)}, indent=1).encode()
+        expected = found[1] if found is not None else 0
+        if self._fenced(lambda: self._lease.swap(f"{ROOT}/META.json", data, expected)) is None:
+            raise StateDirError(f"stateDir {self._where}: META.json changed while this process held the stateDir")
 
     # ---------------------------------------------------------------- writing
 
     def record(self, batch_id: int, table: pa.Table) -> None:
         """Make a planned batch durable before its offset is handed to Spark."""
-        self._write_table(self._dir / "batches" / f"{batch_id:020d}.arrow", table, BATCH_SCHEMA)
+        key = _batch(batch_id)
+        if not self._create(key, _ipc(table, BATCH_SCHEMA)):
+            raise StateDirError(f"stateDir {self._where} already holds batch {batch_id} ({key}); it was not expected "
+                                "there: is another process writing to this stateDir?")
+        with self._lock:
+            self._pending.add(key)
 
     def record_plan(self, batch_id: int, plan: dict) -> dict:
         """Record what batch ``batch_id``'s tasks are told, once: the plan an earlier process
         recorded for the same batch wins (its tasks may have recorded slices under it), and is
         returned."""
-        path = self._dir / "plans" / f"{batch_id:020d}.json"
+        key = _plan(batch_id)
         with self._lock:
-            if self._fd is None:
-                raise StateDirError(f"stateDir {self._root} was released: batch {batch_id} can't be planned")
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(json.dumps(plan).encode())
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return self.read_plan(batch_id) or plan
-            finally:
-                tmp.unlink(missing_ok=True)
-            _fsync_dir(path.parent)
-        return plan
+            self._pending.add(key)
+        if self._create(key, json.dumps(plan).encode()):
+            return plan
+        return self.read_plan(batch_id) or plan
 
     def read_plan(self, batch_id: int) -> dict | None:
-        try:
-            return json.loads((self._dir / "plans" / f"{batch_id:020d}.json").read_bytes())
-        except FileNotFoundError:
+        data = self.storage.read(_plan(batch_id))
+        if data is None:
             return None
+        try:
+            return json.loads(data)
         except ValueError:
-            raise StateDirError(f"stateDir {self._root}: the plan of batch {batch_id} is unreadable") from None
+            raise StateDirError(f"stateDir {self._where}: the plan of batch {batch_id} is unreadable") from None
 
     def drop(self, batch_ids: Sequence[int]) -> None:
         """Forget planned batches that Spark never recorded (their messages are planned anew)."""
+        keys = [_batch(b) for b in batch_ids]
+        self._fenced(lambda: self._lease.delete(keys))
         with self._lock:
-            if self._fd is None:
-                return
-            for bid in batch_ids:
-                (self._dir / "batches" / f"{bid:020d}.arrow").unlink(missing_ok=True)
+            self._pending.difference_update(keys)
 
     def committed(self, batch_id: int, rows: "Sequence[tuple[str, str, str]] | pa.Table") -> None:
         """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id),
         as tuples or as a table of those three string columns."""
         if len(rows):
-            self._write_acked(self._dir / "acked" / f"{batch_id:020d}.arrow", rows)
+            self._create(_acked(batch_id), _ipc(_acked_table(rows, self._wall()), None))
         with self._lock:
-            if self._fd is None:
-                return
-            for p in [*(self._dir / "batches").glob("*.arrow"), *(self._dir / "plans").glob("*.json")]:
-                if int(p.stem) <= batch_id:
-                    p.unlink(missing_ok=True)
-
-    def _write_acked(self, path: Path, rows: "Sequence[tuple[str, str, str]] | pa.Table") -> None:
-        """(sub, message id, ack id) rows, stamped with the wall time of their acknowledgement."""
-        schema = ACKED_SCHEMA.with_metadata({"acked_at": repr(self._wall())})
-        if isinstance(rows, pa.Table):
-            table = pa.Table.from_arrays(rows.columns, schema=schema)
-        else:
-            subs, mids, acks = (list(col) for col in zip(*rows))
-            table = pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()),
-                              pa.array(acks, pa.string())], schema=schema)
-        self._write_table(path, table, table.schema)
+            self._newest_commit = max(self._newest_commit, batch_id)
+            done = [k for k in self._pending if int(k.rsplit("/", 1)[1].split(".")[0]) <= batch_id]
+            self._pending.difference_update(done)
+        if done:
+            self._fenced(lambda: self._lease.delete(done))
 
     def answered(self, batch_id: int, unconfirmed: Sequence[tuple[str, str, str]]) -> None:
-        """Pub/Sub answered every acknowledgement of ``batch_id``; ``unconfirmed`` were not confirmed."""
-        if unconfirmed:
-            name = f"{batch_id:020d}.unconfirmed.arrow"
-            self._write_acked(self._dir / "acked" / name, unconfirmed)
-            self._unconfirmed_rows[name] = len(unconfirmed)
-        self._write_bytes(self._dir / "acked" / f"{batch_id:020d}.answered", repr(self._wall()).encode())
-        self._prune()
-
-    def _write_table(self, path: Path, table: pa.Table, schema: pa.Schema) -> None:
-        tmp = path.with_name(path.name + ".tmp")
+        """Pub/Sub answered every acknowledgement of ``batch_id``; ``unconfirmed`` were not proven."""
         with self._lock:
-            if self._fd is None:
-                log.warning("stateDir closed: not writing %s", path.name)
+            if self._closed:
                 return
-            with open(tmp, "wb") as fh:
-                with pa.ipc.new_file(fh, schema) as writer:
-                    writer.write_table(table)
-                fh.flush()
-                os.fsync(fh.fileno())
-            self._publish(tmp, path)
-
-    def _write_bytes(self, path: Path, data: bytes) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        with self._lock:
-            if self._fd is None:
-                return
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            self._publish(tmp, path)
-
-    @staticmethod
-    def _publish(tmp: Path, path: Path) -> None:
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        at = self._wall()
+        try:
+            if unconfirmed:
+                self._create(_unconfirmed(batch_id, len(unconfirmed)), _ipc(_acked_table(unconfirmed, at), None))
+            self._create(_answered(batch_id, at), b"")
+        except StateDirError as exc:
+            log.warning("%s: not recording the answers of batch %d", exc, batch_id)
+            return
+        if at - self._pruned_at >= PRUNE_EVERY_SECONDS:
+            self._prune()
 
     def _prune(self) -> None:
-        now = self._wall()
-        with self._lock:
-            if self._fd is None:
-                return
-            markers = sorted((self._dir / "acked").glob("*.answered"))
-            # The newest commit record stays whatever its age: it tells a new process what committed.
-            for marker in markers[:-1]:
-                stem = marker.name.split(".")[0]
-                try:
-                    at = float(marker.read_text())
-                except (OSError, ValueError):
-                    continue
-                if at + self._window >= now:
-                    break  # markers are written in commit order: the rest are younger
-                unconfirmed = self._dir / "acked" / f"{stem}.unconfirmed.arrow"
-                if unconfirmed.exists() and at + self._unconfirmed >= now:
-                    # The confirmed ids' window is over; the unconfirmed ones stay remembered.
-                    (self._dir / "acked" / f"{stem}.arrow").unlink(missing_ok=True)
-                    continue
-                unconfirmed.unlink(missing_ok=True)
-                (self._dir / "acked" / f"{stem}.arrow").unlink(missing_ok=True)
-                marker.unlink(missing_ok=True)
-            self._bound_unconfirmed()
-
-    def _bound_unconfirmed(self) -> None:
-        """Unconfirmed acknowledgements on disk stay within ``max_unconfirmed`` rows: past it the
-        oldest are forgotten (their messages are read again if Pub/Sub delivers them again)."""
-        rows = self._unconfirmed_rows
-        for name in [n for n in rows if not (self._dir / "acked" / n).exists()]:
-            del rows[name]
-        total = sum(rows.values())
-        for name in sorted(rows):
+        """Forget commit records past their window (the newest stays: it tells a new process what
+        committed), and unconfirmed ones past theirs or past ``max_unconfirmed`` rows in all."""
+        now = self._pruned_at = self._wall()
+        commits = _commits(self.storage.list(f"{ROOT}/acked/"))
+        newest = max((b for b, c in commits.items() if c.record), default=None)
+        doomed: list[str] = []
+        unconfirmed: list[tuple[int, str, int]] = []
+        for bid, c in sorted(commits.items()):
+            if c.answered is None:
+                continue  # its answers are still to come (or recovery records them)
+            at = c.answered[1]
+            past_window = bid != newest and at + self._window < now
+            if past_window and c.record:
+                doomed.append(c.record)
+            unconfirmed_gone = c.unconfirmed is None or at + self._unconfirmed < now
+            if c.unconfirmed is not None:
+                if unconfirmed_gone:
+                    doomed.append(c.unconfirmed[0])
+                else:
+                    unconfirmed.append((bid, *c.unconfirmed))
+            if past_window and unconfirmed_gone:
+                doomed.append(c.answered[0])
+        total = sum(n for _, _, n in unconfirmed)
+        for bid, key, n in unconfirmed:  # oldest first
             if total <= self._max_unconfirmed:
                 break
-            log.warning("stateDir %s holds more than %d unconfirmed acknowledgements: forgetting the oldest (%s)",
-                        self._root, self._max_unconfirmed, name)
-            (self._dir / "acked" / name).unlink(missing_ok=True)
-            total -= rows.pop(name)
+            log.warning("stateDir %s holds more than %d unconfirmed acknowledgements: forgetting the oldest "
+                        "(batch %d's)", self._where, self._max_unconfirmed, bid)
+            doomed.append(key)
+            total -= n
+        if doomed:
+            try:
+                self._fenced(lambda: self._lease.delete(doomed))
+            except StateDirError as exc:
+                log.warning("%s: not pruning", exc)
 
     # ---------------------------------------------------------------- reading
 
     def recover(self) -> Recovered:
         out = Recovered()
         now = self._wall()
-        acked_dir = self._dir / "acked"
-        for tmp in list((self._dir / "batches").glob("*.tmp")) + list(acked_dir.glob("*.tmp")):
-            tmp.unlink(missing_ok=True)
-        newest_commit = -1
-        for path in sorted(acked_dir.glob("*.arrow")):
-            stem = path.name.split(".")[0]
-            newest_commit = max(newest_commit, int(stem))
-            try:
-                table = pa.ipc.open_file(path).read_all()
-                acked_at = float(table.schema.metadata[b"acked_at"])
-            except Exception as exc:  # noqa: BLE001 - an unreadable file can't help dedupe
-                log.error("stateDir file %s is unreadable (%s); its messages may be delivered again", path, exc)
+        commits = _commits(self.storage.list(f"{ROOT}/acked/"))
+        newest_commit = max((b for b, c in commits.items() if c.record or c.unconfirmed), default=-1)
+        for bid, c in sorted(commits.items()):
+            if c.unconfirmed is not None:
+                table = self._recovered_table(c.unconfirmed[0])
+                if table is not None:
+                    out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
+            if c.record is None:
                 continue
-            if path.name.endswith(".unconfirmed.arrow"):
-                out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
-                self._unconfirmed_rows[path.name] = table.num_rows
-            elif (acked_dir / f"{stem}.answered").exists():
+            table = self._recovered_table(c.record)
+            if table is None:
+                continue
+            acked_at = float(table.schema.metadata[b"acked_at"])
+            if c.answered is not None:
                 for sub, mids in _by_sub(table, with_ack_ids=False):
                     out.remembered.append((sub, mids, acked_at + self._window - now))
-            else:
-                # The process ended before Pub/Sub answered: nothing of this commit is confirmed.
+            elif c.unconfirmed is None:
+                # The process ended before Pub/Sub answered: nothing of this commit is proven.
                 # Record it as answered-unconfirmed so that it is kept, and later pruned, as such.
                 out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))
-                self._write_table(acked_dir / f"{stem}.unconfirmed.arrow", table, table.schema)
-                self._unconfirmed_rows[f"{stem}.unconfirmed.arrow"] = table.num_rows
-                self._write_bytes(acked_dir / f"{stem}.answered", repr(acked_at).encode())
-        out.newest_commit = newest_commit
-        for path in sorted((self._dir / "plans").glob("*.json")):
-            bid = int(path.stem)
+                self._create(_unconfirmed(bid, table.num_rows), _ipc(table, None))
+                self._create(_answered(bid, acked_at), b"")
+        out.newest_commit = self._newest_commit = newest_commit
+        stale: list[str] = []
+        for key in self.storage.list(f"{ROOT}/plans/"):
+            bid = int(key.rsplit("/", 1)[1].split(".")[0])
             if bid <= newest_commit:
-                path.unlink(missing_ok=True)
+                stale.append(key)
                 continue
             try:
-                out.plans[bid] = json.loads(path.read_bytes())
+                out.plans[bid] = json.loads(self.storage.read(key) or b"")
+                self._pending.add(key)
             except ValueError:
-                log.error("stateDir file %s is unreadable: batch %d's plan is planned anew", path, bid)
-                path.unlink(missing_ok=True)
-        for path in sorted((self._dir / "batches").glob("*.arrow")):
-            bid = int(path.stem)
+                log.error("stateDir object %s is unreadable: batch %d's plan is planned anew", key, bid)
+                stale.append(key)
+        for key in self.storage.list(f"{ROOT}/batches/"):
+            bid = int(key.rsplit("/", 1)[1].split(".")[0])
             if bid <= newest_commit:
-                path.unlink(missing_ok=True)  # its commit was recorded; the file outlived it
+                stale.append(key)  # its commit was recorded; the object outlived it
                 continue
             try:
-                out.pending[bid] = pa.ipc.open_file(path).read_all()
+                out.pending[bid] = _read_table(self.storage, key)
+                self._pending.add(key)
             except Exception as exc:  # noqa: BLE001
-                log.error("stateDir file %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
-                          "its messages again", path, exc, bid)
+                log.error("stateDir object %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
+                          "its messages again", key, exc, bid)
+        if stale:
+            self._fenced(lambda: self._lease.delete(stale))
         return out
+
+
+    def _recovered_table(self, key: str) -> pa.Table | None:
+        try:
+            table = _read_table(self.storage, key)
+            float(table.schema.metadata[b"acked_at"])
+            return table
+        except Exception as exc:  # noqa: BLE001 - an unreadable object can't help dedupe
+            log.error("stateDir object %s is unreadable (%s); its messages may be delivered again", key, exc)
+            return None
+
+
+def _ipc(table: pa.Table, schema: pa.Schema | None) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema or table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _read_table(storage: Storage, key: str) -> pa.Table:
+    with storage.open_input(key) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _acked_table(rows: "Sequence[tuple[str, str, str]] | pa.Table", acked_at: float) -> pa.Table:
+    """(sub, message id, ack id) rows, stamped with the wall time of their acknowledgement."""
+    schema = ACKED_SCHEMA.with_metadata({"acked_at": repr(acked_at)})
+    if isinstance(rows, pa.Table):
+        return pa.Table.from_arrays(rows.columns, schema=schema)
+    subs, mids, acks = (list(col) for col in zip(*rows))
+    return pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
+                    schema=schema)
 
 
 def _by_sub(table: pa.Table, *, with_ack_ids: bool) -> list:
@@ -421,41 +498,8 @@ def _by_sub(table: pa.Table, *, with_ack_ids: bool) -> list:
     return list(grouped.items())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_holder(fd: int) -> None:
-    # Who holds the lock, for the message of a process that is refused it: the lock itself is the
-    # flock, this text only names its holder (it may be stale, never trusted for anything else).
-    text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, text.encode(), 0)
-
-
-def _read_holder(fd: int) -> dict:
-    """What the lock's holder wrote of itself (``{}`` when nothing readable)."""
-    try:
-        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        return {}
-    return holder if isinstance(holder, dict) else {}
-
-
-def _holder_pid(fd: int) -> int | None:
-    """The pid the lock's holder wrote of itself, if it runs on this host."""
-    holder = _read_holder(fd)
-    pid = holder.get("pid")
-    return pid if isinstance(pid, int) and holder.get("host") == socket.gethostname() else None
-
-
-def _describe_holder(fd: int) -> str:
-    """`` (pid N on host H since T, state S: program)`` of the lock's holder, as far as it is known."""
-    holder = _read_holder(fd)
+def _describe_holder(holder: dict) -> str:
+    """`` (pid N on host H since T, state S: program)`` of the lease's holder, as far as it is known."""
     try:
         pid, host = int(holder["pid"]), str(holder["host"])
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder["since"])))

@@ -116,9 +116,11 @@ class Lease:
             "released": released,
         }, separators=(",", ":")).encode()
 
-    def acquire(self, wait: float, *, poll: float = 0.5) -> "Lease":
+    def acquire(self, wait: float, *, poll: float = 0.5, gone: Callable[[dict], bool] | None = None) -> "Lease":
         """Take the lease, waiting up to ``wait`` seconds for the current holder's lease to expire or
-        be released; returns ``self``.
+        be released; returns ``self``. ``gone(holder)`` may say that an unexpired holder is known
+        to have ended (its process is gone from this host): its lease is taken at once, as a
+        kernel releases a dead process's lock.
 
         Raises
         ------
@@ -140,7 +142,8 @@ class Lease:
                 data, version = current
                 record = _parse(data, self._where())
                 holder = record.get("holder") or {}
-                free = record.get("released") or now > float(record.get("expiry", 0)) + self.margin
+                free = (record.get("released") or now > float(record.get("expiry", 0)) + self.margin
+                        or (gone is not None and bool(holder) and gone(holder)))
                 mine = holder.get("token") == self._token  # our own earlier try whose answer was lost
                 expected = version if (free or mine) else None
             if expected is not None:

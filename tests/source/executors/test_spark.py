@@ -7,6 +7,10 @@ from the source. The driver SIGKILL scenario is in ``tests/faults/test_driver_si
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -77,7 +81,7 @@ def test_available_now_drains_the_backlog(spark, emulator_host, make_subscriptio
     assert not unexpected
     assert lost == 0 and duplicated == 0
     assert left == [], "committed messages were not acknowledged"
-    assert not list((tmp_path / "state" / "v2" / "slices").glob("*/*.arrow")), "acknowledged slices were kept"
+    assert not list((tmp_path / "state" / "v3" / "slices").glob("*/*.arrow")), "acknowledged slices were kept"
 
 
 @pytest.mark.parametrize("partitions", PARTITIONS)
@@ -118,6 +122,26 @@ def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make
     assert replayed, "the failed batch was not run again"
 
 
+def _kill_a_task_mid_pull(state: Path, stop: threading.Event) -> list[int]:
+    """SIGKILL the Python worker of the first task seen holding its claim with no slice recorded
+    yet (its claim's lease names its pid): an executor lost mid-pull. The pids killed."""
+    from crdb_pubsub.source.storage import open_storage
+
+    storage = open_storage(str(state))
+    while not stop.wait(0.01):
+        for key in storage.list("v3/slices/"):
+            if not key.endswith(".claim") or storage.stat(key[: -len(".claim")] + ".arrow") is not None:
+                continue
+            found = storage.read_versioned(key)
+            record = json.loads(found[0]) if found else {}
+            pid = (record.get("holder") or {}).get("pid")
+            if record.get("released") or not isinstance(pid, int):
+                continue
+            os.kill(pid, signal.SIGKILL)
+            return [pid]
+    return []
+
+
 @pytest.mark.parametrize("partitions", PARTITIONS)
 def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path,
                                             partitions):
@@ -125,28 +149,28 @@ def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscript
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     ids = publish(topic, [row_body(i) for i in range(n)])
     state = tmp_path / "state"
-    # The first task to pull something dies before it records its slice (an executor lost mid-pull).
-    from crdb_pubsub.source.executors.task import KILL_NEXT_PULL
-
-    (state / "v2" / "slices").mkdir(parents=True)
-    marker = state / "v2" / "slices" / KILL_NEXT_PULL
-    marker.write_text("")
     sink = BatchFileSink(tmp_path / "sink")
 
     def run():
         return (_reader(spark, emulator_host, sub, state, partitions, maxMessagesPerTrigger=500)
                 .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
 
+    stop = threading.Event()
+    killed: list[int] = []
+    killer = threading.Thread(target=lambda: killed.extend(_kill_a_task_mid_pull(state, stop)), daemon=True)
+    killer.start()
     q = run()
     try:
         q.awaitTermination(120)
     except Exception:  # noqa: BLE001 - the task's death ends the query: checked below
         pass
     finally:
+        stop.set()
+        killer.join(5)
         died = not q.isActive
         if not died:
             q.stop()
-    assert not marker.exists(), "no task pulled anything"
+    assert killed, "no task was caught pulling"
     assert died and q.exception() is not None, "the query survived a task whose Python worker died (local mode does not retry)"
     last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
     report(f"executors-task-killed-{partitions}", published=n, lost=lost, duplicated=duplicated,

@@ -1,20 +1,24 @@
-"""The slice store of ``receiver=executors`` (pure file logic, no Spark): a slice is published
-once and atomically, one attempt pulls at a time, a replay reads exactly what was recorded."""
+"""The slice store of ``receiver=executors`` on both storages (no Spark): a slice is published once
+and atomically, one attempt pulls at a time, a claim whose holder is gone is taken over, a replay
+reads exactly what was recorded, the driver reads the small columns alone."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
-from crdb_pubsub.source.options import parse_options
+from crdb_pubsub.source.executors import store as store_module
 from crdb_pubsub.source.executors.orders import SliceOrder
-from crdb_pubsub.source.executors.store import KEEP, REDELIVERY, SLICE_SCHEMA, SliceInfo, SliceStore
+from crdb_pubsub.source.executors.store import (KEEP, REDELIVERY, SLICE_SCHEMA, SliceConflict, SliceInfo,
+                                                SliceStore)
 from crdb_pubsub.source.executors.task import pulled_slice
+from crdb_pubsub.source.options import parse_options
+from crdb_pubsub.source.storage import open_storage
+from crdb_pubsub.source.storage.lease import LeaseLost
 from crdb_pubsub.source.wire import MESSAGE_SCHEMA, messages_batch
 
 SUB = "projects/p/subscriptions/sub-slices"
@@ -34,65 +38,87 @@ def _info(table: pa.Table) -> SliceInfo:
                      proven_until=time.time() + 10, handed_back=0)
 
 
-def test_first_publish_wins_and_a_second_attempt_cannot_replace_it(tmp_path: Path):
-    store = SliceStore(str(tmp_path))
+def _publish(store: SliceStore, bid: int, part: int, table: pa.Table) -> bool:
+    claim = store.claim(bid, part, wait=0)
+    try:
+        return store.publish(claim, bid, part, table, _info(table))
+    finally:
+        claim.release()
+
+
+def test_first_publish_wins_and_a_second_attempt_cannot_replace_it(storage_url):
+    store = SliceStore(open_storage(storage_url))
     first, second = _slice(["1", "2"]), _slice(["3"])
-    assert store.publish(5, 0, first, _info(first))
-    assert not store.publish(5, 0, second, _info(second))
+    assert _publish(store, 5, 0, first)
+    assert not _publish(store, 5, 0, second)
     assert store.read(5, 0).column("message_id").to_pylist() == ["1", "2"]
-    assert [p.name for p in (tmp_path / "v2" / "slices" / f"{5:020d}").iterdir()] == ["00000.arrow"], \
-        "a losing attempt left files behind"
+    assert store.listed(5) == [0]
 
 
-def test_a_writer_killed_mid_write_leaves_nothing_a_replay_trusts(tmp_path: Path):
-    store = SliceStore(str(tmp_path))
-    # What a task killed during the write leaves: a partial temporary file of its own name.
-    d = tmp_path / "v2" / "slices" / f"{7:020d}"
-    d.mkdir(parents=True)
-    (d / "00001.deadbeef.tmp").write_bytes(b"ARROW1\x00\x00partial")
-    assert store.read(7, 1) is None
-    assert store.listed(7) == []
-    t = _slice(["a"])
-    assert store.publish(7, 1, t, _info(t))
-    assert store.read(7, 1).column("message_id").to_pylist() == ["a"]
+def test_the_driver_reads_the_small_columns_and_the_metadata(storage_url):
+    store = SliceStore(open_storage(storage_url))
+    t = _slice(["1", "2", "3"], [KEEP, REDELIVERY, KEEP])
+    assert _publish(store, 6, 2, t)
+    acks, info = store.read_acks(6, 2)
+    assert sorted(acks.column_names) == ["ack_id", "message_id", "role", "sub"]  # no bodies
+    assert acks.column("role").to_pylist() == [KEEP, REDELIVERY, KEEP]
+    assert info.kept == 2 and info.rows == 3
+    assert store.read_acks(6, 3) is None
 
 
-def test_one_attempt_pulls_at_a_time_and_a_dead_holder_releases(tmp_path: Path):
-    store = SliceStore(str(tmp_path))
+def test_one_attempt_pulls_at_a_time_and_a_dead_holder_releases(storage_url, monkeypatch):
+    store = SliceStore(open_storage(storage_url))
     held = store.claim(3, 0, wait=0)
-    assert held is not None
-    assert store.claim(3, 0, wait=0.2) is None, "a second attempt claimed a slice still being pulled"
-    assert store.claim(3, 1, wait=0) is not None, "another partition is independent"
+    with pytest.raises(SliceConflict, match="still holds its claim"):
+        store.claim(3, 0, wait=0.3)
+    store.claim(3, 1, wait=0).release()  # another partition is independent
     held.release()
-    again = store.claim(3, 0, wait=0)
-    assert again is not None
-    again.release()
-    # A holder that dies (an executor lost mid-pull) releases the claim with its process.
+    store.claim(3, 0, wait=0).release()
+    # A holder that dies (an executor lost mid-pull) on this host releases its claim with its process.
     code = ("import sys, time; from crdb_pubsub.source.executors.store import SliceStore; "
-            f"c = SliceStore({str(tmp_path)!r}).claim(3, 0, wait=0); print('held', flush=True); time.sleep(60)")
+            "from crdb_pubsub.source.storage import open_storage; "
+            f"c = SliceStore(open_storage({storage_url!r})).claim(3, 0, wait=0); print('held', flush=True); "
+            "time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
-        assert store.claim(3, 0, wait=0.2) is None
+        with pytest.raises(SliceConflict):
+            store.claim(3, 0, wait=0.3)
         proc.kill()
         proc.wait(10)
-        assert store.claim(3, 0, wait=2.0) is not None
+        store.claim(3, 0, wait=2.0).release()
     finally:
         if proc.poll() is None:
             proc.kill()
 
 
-def test_a_retried_task_replays_its_recorded_slice_without_pulling(tmp_path: Path, monkeypatch):
-    from crdb_pubsub.source.executors import task as pull
+def test_a_claim_taken_over_fences_its_first_holder(storage_url, monkeypatch):
+    """An attempt frozen past its claim's expiry (on another host: nothing says it is gone) is taken
+    over; when it wakes, it can't publish its slice."""
+    monkeypatch.setattr(store_module, "CLAIM_TTL_SECONDS", 1.0)
+    monkeypatch.setattr(store_module, "CLAIM_MARGIN_SECONDS", 0.2)
+    store = SliceStore(open_storage(storage_url))
+    frozen = store.claim(4, 0, wait=0)
+    frozen.stop_renewing()
+    retry = store.claim(4, 0, wait=5)
+    t = _slice(["9"])
+    with pytest.raises(LeaseLost):
+        store.publish(frozen, 4, 0, t, _info(t))
+    assert store.publish(retry, 4, 0, t, _info(t))
+    retry.release()
+
+
+def test_a_retried_task_replays_its_recorded_slice_without_pulling(storage_url, monkeypatch):
+    from crdb_pubsub.source.executors import task
 
     def no_pull(*_a, **_k):
         raise AssertionError("a recorded slice was pulled again")
 
-    monkeypatch.setattr(pull, "_rpc", no_pull)
+    monkeypatch.setattr(task, "_rpc", no_pull)
     opts = parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:1", "receiver": "executors",
-                          "stateDir": str(tmp_path)})
+                          "stateDir": storage_url})
     recorded = _slice(["1", "2", "3"], roles=[KEEP, REDELIVERY, KEEP])  # "2": recorded, not yielded
-    SliceStore(str(tmp_path)).publish(9, 1, recorded, _info(recorded))
+    assert _publish(SliceStore(open_storage(storage_url)), 9, 1, recorded)
     order = SliceOrder(batch_id=9, index=1, parts=2, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20,
                        seconds=1.0, deadlines={SUB: 10}, lease_seconds=10)
     with pulled_slice(opts, order) as first, pulled_slice(opts, order) as again:
@@ -102,11 +128,11 @@ def test_a_retried_task_replays_its_recorded_slice_without_pulling(tmp_path: Pat
     assert again.equals(first)
 
 
-def test_drop_forgets_committed_batches_only(tmp_path: Path):
-    store = SliceStore(str(tmp_path))
+def test_forget_and_drop_delete_committed_batches_only(storage_url):
+    store = SliceStore(open_storage(storage_url))
     for bid in (1, 2, 3):
-        t = _slice([str(bid)])
-        store.publish(bid, 0, t, _info(t))
+        assert _publish(store, bid, 0, _slice([str(bid)]))
+    store.forget(1, parts=1)
+    assert store.listed(1) == [] and store.listed(2) == [0]
     store.drop(2)
-    assert store.listed(1) == store.listed(2) == [] and store.listed(3) == [0]
-    assert os.path.exists(store.path(3, 0))
+    assert store.listed(2) == [] and store.listed(3) == [0]

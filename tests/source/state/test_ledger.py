@@ -1,8 +1,10 @@
-"""The stateDir ledger on its own: what a new process recovers, what it refuses, what a crash leaves."""
+"""The stateDir ledger on its own, on both storages (a folder, and ``gs://`` on the Cloud Storage test
+server): what a new process recovers, what it refuses, what a crash leaves, and that a process that
+lost the stateDir can no longer write to it."""
 
 from __future__ import annotations
 
-import os
+import time
 
 import pyarrow as pa
 import pytest
@@ -36,15 +38,15 @@ def batch(ids: range) -> pa.Table:
     }, schema=BATCH_SCHEMA)
 
 
-def test_a_planned_batch_is_recovered_until_its_commit_is_recorded(tmp_path):
-    ledger = open_ledger(tmp_path)
+def test_a_planned_batch_is_recovered_until_its_commit_is_recorded(storage_url):
+    ledger = open_ledger(storage_url)
     ledger.claim("run-1", [SUB], fresh=True)
     ledger.record(1, batch(range(0, 3)))
     ledger.record(2, batch(range(3, 6)))
     ledger.committed(1, [(SUB, str(i), f"ack{i}") for i in range(0, 3)])
     ledger.close()
 
-    again = open_ledger(tmp_path)
+    again = open_ledger(storage_url)
     got = again.recover()
     assert list(got.pending) == [2]
     assert got.pending[2].column("message_id").to_pylist() == ["3", "4", "5"]
@@ -52,9 +54,9 @@ def test_a_planned_batch_is_recovered_until_its_commit_is_recorded(tmp_path):
     assert got.unconfirmed == [(SUB, [(str(i), f"ack{i}") for i in range(0, 3)])]
 
 
-def test_answered_acknowledgements_are_remembered_for_the_window_then_pruned(tmp_path):
+def test_answered_acknowledgements_are_remembered_for_the_window_then_pruned(storage_url):
     clock = Clock()
-    ledger = open_ledger(tmp_path, clock)
+    ledger = open_ledger(storage_url, clock)
     ledger.claim("run-1", [SUB], fresh=True)
     ledger.committed(1, [(SUB, "1", "a1"), (SUB, "2", "a2")])
     ledger.answered(1, unconfirmed=[(SUB, "2", "a2")])
@@ -70,15 +72,15 @@ def test_answered_acknowledgements_are_remembered_for_the_window_then_pruned(tmp
     assert got.unconfirmed == [(SUB, [("2", "a2")])], "an unconfirmed id must outlive the confirmed window"
 
 
-def test_a_second_process_is_refused_while_the_first_holds_the_directory(tmp_path):
-    first = open_ledger(tmp_path)
+def test_a_second_process_is_refused_while_the_first_holds_the_directory(storage_url):
+    first = open_ledger(storage_url)
     with pytest.raises(StateDirError, match="in use by another running query"):
-        open_ledger(tmp_path, wait=0.3)
+        open_ledger(storage_url, wait=0.3)
     first.close()
-    open_ledger(tmp_path).close()
+    open_ledger(storage_url).close()
 
 
-def test_the_refusal_names_the_process_that_holds_the_directory(tmp_path):
+def test_the_refusal_names_the_process_that_holds_the_directory(storage_url):
     """Which process to look at (or stop) is the first thing a user needs when a restart is refused."""
     import socket
     import subprocess
@@ -86,24 +88,24 @@ def test_the_refusal_names_the_process_that_holds_the_directory(tmp_path):
 
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from crdb_pubsub.source.state.ledger import Ledger; "
-         f"Ledger({str(tmp_path)!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
+         f"Ledger({storage_url!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
          "print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StateDirError) as refused:
-            open_ledger(tmp_path, wait=0.2)
+            open_ledger(storage_url, wait=0.2)
         text = str(refused.value)
         assert f"pid {holder.pid}" in text and socket.gethostname() in text, text
         assert "state" in text and "python" in text, text  # what the holder is and what it is doing
     finally:
         holder.kill()
         holder.wait()
-    open_ledger(tmp_path).close()  # the kernel released the lock with the process
+    open_ledger(storage_url).close()  # a holder on this host whose process is gone releases at once
 
 
-def test_another_query_with_committed_batches_is_refused(tmp_path):
-    ledger = open_ledger(tmp_path)
+def test_another_query_with_committed_batches_is_refused(storage_url):
+    ledger = open_ledger(storage_url)
     ledger.claim("run-1", [SUB], fresh=True)
     ledger.committed(1, [(SUB, "1", "a1")])
     with pytest.raises(StateDirError, match="belongs to another query"):
@@ -113,16 +115,37 @@ def test_another_query_with_committed_batches_is_refused(tmp_path):
 
 
 def test_a_write_cut_short_leaves_nothing_a_replay_would_trust(tmp_path):
-    ledger = open_ledger(tmp_path)
+    state = tmp_path / "state"
+    ledger = open_ledger(state)
     ledger.claim("run-1", [SUB], fresh=True)
     ledger.record(1, batch(range(0, 3)))
-    # A crash mid-write leaves only the temporary file (the rename never happened).
-    tmp = tmp_path / "v2" / "batches" / f"{2:020d}.arrow.tmp"
+    # A crash mid-write leaves only the storage's hidden temporary file (the link never happened).
+    tmp = state / "v3" / "batches" / f".{2:020d}.arrow.deadbeef.tmp"
     tmp.write_bytes(b"ARROW1\x00\x00half")
     ledger.close()
-    got = open_ledger(tmp_path).recover()
+    got = open_ledger(state).recover()
     assert list(got.pending) == [1]
-    assert not os.path.exists(tmp)
+
+
+def test_a_process_that_lost_the_state_dir_can_no_longer_write(storage_url, monkeypatch):
+    """A reader frozen past its lease (a stopped process, a paused VM): another process takes the
+    stateDir over; when the first wakes up, its writes are refused instead of landing."""
+    from crdb_pubsub.source.state import ledger as L
+
+    monkeypatch.setattr(L, "LOCK_TTL_SECONDS", 1.0)
+    monkeypatch.setattr(L, "LOCK_MARGIN_SECONDS", 0.2)
+    frozen = open_ledger(storage_url)
+    frozen.claim("run-1", [SUB], fresh=True)
+    frozen._lease.stop_renewing()  # what a frozen process does
+    t0 = time.monotonic()
+    taker = open_ledger(storage_url, wait=10)
+    assert time.monotonic() - t0 < 5
+    taker.claim("run-1", [SUB])
+    with pytest.raises(StateDirError, match="no longer holds it"):
+        frozen.record(1, batch(range(0, 3)))
+    taker.record(1, batch(range(3, 6)))
+    taker.close()
+    assert list(open_ledger(storage_url).recover().pending[1].column("message_id").to_pylist()) == ["3", "4", "5"]
 
 
 # ------------------------------------------------------------------ a stale reader of the same run
@@ -204,3 +227,19 @@ def test_a_holder_is_left_alone_while_the_run_is_unknown(tmp_path):
     got, alive = _holder_and_taker(tmp_path, "run-1", "", wait=3)
     assert "in use by another running query" in got.get("refused", ""), got
     assert alive
+
+
+def test_unconfirmed_acknowledgements_on_disk_are_bounded(storage_url):
+    """An hour of failing acknowledgements must not fill the disk: past ``max_unconfirmed`` rows
+    the oldest are forgotten (their messages are read again if Pub/Sub delivers them again)."""
+    clock = Clock()
+    ledger = Ledger(storage_url, wait_seconds=0.2, window_seconds=WINDOW, unconfirmed_seconds=UNCONFIRMED,
+                    wall=clock, max_unconfirmed=5)
+    ledger.claim("run-1", [SUB], fresh=True)
+    for bid in range(1, 5):
+        rows = [(SUB, f"{bid}-{i}", f"a{bid}-{i}") for i in range(2)]
+        ledger.committed(bid, rows)
+        clock.now += 31  # the prune runs at most every 30 s
+        ledger.answered(bid, unconfirmed=rows)
+    kept = [m for _, pairs in ledger.recover().unconfirmed for m, _ in pairs]
+    assert kept == ["3-0", "3-1", "4-0", "4-1"], kept

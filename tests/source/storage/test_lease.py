@@ -186,7 +186,7 @@ def test_background_renewer(storage):
     assert a.expiry > first and time.time() > first
     a.check()
     a.stop_renewing()
-    assert not any(t.name.startswith("crdb-lease-renewer") for t in threading.enumerate())
+    assert not any(t.name == "crdb-lease-renewer-claims/7/00003" for t in threading.enumerate())
     stopped = a.expiry
     time.sleep(0.3)
     assert a.expiry == stopped
