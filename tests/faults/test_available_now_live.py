@@ -23,9 +23,10 @@ from ._support import dead_letter_subscription, publish_many, report, row_body, 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
 
-def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path):
+@pytest.mark.parametrize("receiver", ["driver", "executors"])
+def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path, receiver):
     backlog = scaled(3000, 30_000)
-    topic, sub, dead_sub = dead_letter_subscription(emulator_host, PROJECT, "live-avnow", ack_deadline=10)
+    topic, sub, dead_sub = dead_letter_subscription(emulator_host, PROJECT, f"live-avnow-{receiver}", ack_deadline=10)
     published = publish_many(emulator_host, topic, (row_body(i) for i in range(backlog)))
     stop = threading.Event()
     live: list[str] = []
@@ -40,7 +41,8 @@ def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path):
     def run() -> tuple[float, dict]:
         q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
              .option("stateDir", str(tmp_path / "state")).option("ackDeadlineSeconds", "10")
-             .option("maxMessagesPerTrigger", "1000").option("maxOutstandingMessages", "5000").load()
+             .option("maxMessagesPerTrigger", "1000").option("maxOutstandingMessages", "5000")
+             .option("receiver", receiver).option("numPartitions", "2").load()
              .writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
         t0 = time.monotonic()
@@ -70,7 +72,7 @@ def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path):
     lost, duplicated, unexpected = tally(everything, got)
     time.sleep(11)
     dead = pull_ids(emulator_host, dead_sub, timeout=2.0)
-    report("available-now-live-topic", published=len(everything), backlog=backlog, live=len(live), lost=lost,
+    report(f"available-now-live-topic-{receiver}", published=len(everything), backlog=backlog, live=len(live), lost=lost,
            duplicated=duplicated, first_run_seconds=round(first_seconds, 1), first_run_read=len(got_first),
            backlog_missed_by_first_run=len(set(published) - got_first), handed_back=first.get("handedBack"),
            second_run_seconds=round(second_seconds, 1), dead_lettered=len(dead))

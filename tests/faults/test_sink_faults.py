@@ -76,8 +76,14 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     assert left == [], "acknowledged messages are still on the subscription"
 
 
-@pytest.mark.parametrize("state", [True, False], ids=["stateDir", "no-stateDir"])
-def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path, state):
+@pytest.mark.parametrize("receiver, state, partitions", [
+    ("driver", True, None), ("driver", False, None), ("executors", True, 2),
+    ("driver", True, (4, 2)), ("executors", True, (4, 2)),
+], ids=["driver-stateDir", "driver-no-stateDir", "executors", "driver-resized", "executors-resized"])
+def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path,
+                                                 receiver, state, partitions):
+    """A batch fails in the sink; the query is started again on its checkpoint, with the same
+    options or (``resized``) with half the partitions, as a user does after resizing a cluster."""
     deadline = 3
     n = scaled(2000, 20_000)
     topic, sub = make_subscription(ack_deadline_seconds=deadline)
@@ -93,20 +99,22 @@ def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subs
                 raise RuntimeError("sink fails on purpose")
 
     sink = BatchFileSink(tmp_path / "sink", before=fail_second)
-    opts = {"ackDeadlineSeconds": deadline, "maxMessagesPerTrigger": 250}
+    opts: dict[str, object] = {"ackDeadlineSeconds": deadline, "maxMessagesPerTrigger": 250, "receiver": receiver}
     if state:
         opts["stateDir"] = str(tmp_path / "state")
+    before, after = partitions if isinstance(partitions, tuple) else (partitions, partitions)
 
-    def run():
-        return _reader(spark, emulator_host, sub, **opts).writeStream.foreachBatch(sink).option(
+    def run(parts: int | None):
+        extra = {"numPartitions": parts} if parts else {}
+        return _reader(spark, emulator_host, sub, **opts, **extra).writeStream.foreachBatch(sink).option(
             "checkpointLocation", str(tmp_path / "chk")).start()
 
-    q = run()
+    q = run(before)
     with pytest.raises(Exception, match="sink fails on purpose"):
         q.awaitTermination(180)
     assert failed.get("ids"), "the failing batch had messages"
 
-    q = run()
+    q = run(after)
     try:
         wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q)
         with MetricsSampler(q) as sampler:  # let acknowledgements of the last batches happen
@@ -117,7 +125,8 @@ def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subs
     got = sink.ids()
     lost, duplicated, unexpected = tally(ids, got)
     report(
-        "failing-sink" + ("-stateDir" if state else "-no-stateDir"), published=len(ids), lost=lost,
+        f"failing-sink-{receiver}" + ("-stateDir" if state else "-no-stateDir")
+        + (f"-partitions-{before}-to-{after}" if before != after else ""), published=len(ids), lost=lost,
         duplicated=duplicated, failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
     )
     assert not unexpected

@@ -48,7 +48,8 @@ def _find_runner(exclude: set[int]) -> int | None:
     return None
 
 
-def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_subscription, tmp_path: Path):
+@pytest.mark.parametrize("receiver", ["driver", "executors"])
+def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_subscription, tmp_path: Path, receiver):
     n = scaled(100_000, 1_000_000, "CRDB_PUBSUB_SOAK_MESSAGES")
     topic, sub = make_subscription(ack_deadline_seconds=30)
     before = {pid for pid in descendants(os.getpid()) if RUNNER in cmdline(pid)}
@@ -65,9 +66,12 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
         except BaseException as exc:  # noqa: BLE001
             pub_error.append(exc)
 
-    q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
+    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
          .option("maxOutstandingMessages", str(MAX_OUTSTANDING)).option("maxMessagesPerTrigger", str(PER_TRIGGER))
-         .option("ackDeadlineSeconds", "30").load().select("message_id", "kind")
+         .option("ackDeadlineSeconds", "30").option("receiver", receiver))
+    if receiver == "executors":
+        r = r.option("stateDir", str(tmp_path / "state")).option("numPartitions", "2")
+    q = (r.load().select("message_id", "kind")
          .writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "chk")).start())
     rss: list[tuple[int, float]] = []  # (rows committed, MB)
@@ -130,7 +134,7 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
     q4 = [mb for rows, mb in rss if rows >= 3 * n / 4] or [rss[-1][1]]
     peak = max(mb for _, mb in rss)
     bound = RSS_BASE_MB + n * RSS_PER_MESSAGE_B / 2**20
-    report("soak", published=len(published), lost=lost, duplicated=duplicated, seconds=round(elapsed, 1),
+    report(f"soak-{receiver}", published=len(published), lost=lost, duplicated=duplicated, seconds=round(elapsed, 1),
            msgs_per_s_by_quarter=rates, processing_msgs_per_s_by_quarter=processing, batches=len(batches), rss_mb_first_quarter_max=round(max(q1)), rss_mb_last_quarter_max=round(max(q4)),
            rss_mb_peak=round(peak), rss_bound_mb=round(bound), rss_samples=len(rss), max_held=sampler.max_held(),
            maxOutstandingMessages=MAX_OUTSTANDING, redelivered_while_held=last.get("redeliveredWhileHeld"))
