@@ -161,7 +161,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             state["_options"] = self._options.model_copy(update={"credentialsJson": None, "credentialsFile": None})
         return state
 
-    def _driver(self) -> "Planner":
+    def _driver(self) -> "OffsetProtocol":
         if self._planner is None:
             from .core.protocol import protocol_for
             from .lifecycle import configure_logging, on_terminate

@@ -243,6 +243,8 @@ class ExecutorsMode:
             c.state = DONE
         self._leaser.discard(chunks)
         self._later.extend(later)
+        if self._cutoff_us is None and self._later:
+            self.end_available_now(0.0)  # a plan of an earlier AvailableNow run, replayed outside one
         acks = pa.concat_tables([s.acks for s in done]) if done else None
         if acks is not None and acks.num_rows:
             self._ledger.committed(upto, acks)
