@@ -31,15 +31,18 @@ PROBE_TIMEOUT_SECONDS = 5.0
 # Two Pulls in flight per subscription keep the pipe full while one waits on the network
 # (gRPC releases the GIL); measured ~1.5x one puller against the emulator while Spark runs.
 PULLERS_PER_SUBSCRIPTION = 2
+IMMEDIATE_PAUSE_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
 class Sent:
-    """When a Pull was sent (monotonic), and whether an ordered subscription's messages were
-    outstanding then."""
+    """When a Pull was sent (monotonic), whether an ordered subscription's messages were
+    outstanding then, and whether to ask with ``return_immediately`` (an AvailableNow run on a
+    subscription whose Pulls time out: a long Pull that times out casts a new shadow)."""
 
     at: float
     outstanding: bool
+    immediate: bool = False
 
 
 class Puller:
@@ -95,6 +98,11 @@ class Puller:
             if immediately and self._stopping.is_set():
                 break
             sent = self._receiver.sending(self._sub)
+            if sent.immediate and not immediately:
+                # Waiting out a shadow: ask so that the answer comes at once, after a short pause
+                # (an empty answer would otherwise come back in a tight loop).
+                self._stopping.wait(IMMEDIATE_PAUSE_SECONDS)
+                timeout, immediately = PROBE_TIMEOUT_SECONDS, True
             try:
                 return self._rpc.pull(self._sub, max_messages, timeout, return_immediately=immediately), sent
             except gexc.DeadlineExceeded:

@@ -184,7 +184,12 @@ class Receiver:
             with self._cond:
                 outstanding = any(c.state != LATER for c in set(self._held[sub].values()))
             outstanding = outstanding or self.acker.busy()
-        return Sent(self._clock(), outstanding)
+        now = self._clock()
+        with self._cond:
+            # Once a Pull of this subscription timed out, an AvailableNow run asks with
+            # return_immediately: a long Pull that timed out again would cast a new shadow.
+            immediate = self._cutoff_us is not None and sub in self._shadow
+        return Sent(now, outstanding, immediate)
 
     def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
         """A Pull sent at ``sent`` timed out: Pub/Sub may have leased messages to nobody until its

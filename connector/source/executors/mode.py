@@ -211,7 +211,11 @@ class ExecutorsMode:
             self._unanswered.add(batch_id)
         subs = self._opts.subscription_paths
         deadlines = {s: i.ack_deadline for s, i in self._subs.items()}
-        return orders_of(batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._drop_sets(batch_id))
+        # Once a Pull of a subscription timed out, an AvailableNow run's tasks ask with
+        # return_immediately: a long Pull that timed out again would cast a new shadow.
+        immediate = frozenset(s for s in subs if plan.cutoff_us is not None and s in self._shadow)
+        return orders_of(batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._drop_sets(batch_id),
+                         immediate)
 
     def known(self, after: int, upto: int) -> list[int]:
         with self._lock:

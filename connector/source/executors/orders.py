@@ -49,13 +49,16 @@ class SliceOrder:
     deadlines: dict[str, int]  # each subscription's ack deadline (the lease a delivery starts with)
     lease_seconds: int  # ackDeadlineSeconds: the lease the task keeps while it holds messages
     cutoff_us: int | None = None  # AvailableNow: later messages are recorded apart, not yielded
+    # Pull with return_immediately: an AvailableNow run waits for a timed-out Pull's shadow to pass,
+    # and a long Pull that timed out again would cast a new one.
+    immediate: tuple[str, ...] = ()
     # Ids the task must not yield again (acknowledged without proof, or held in another batch's
     # slice), by subscription: compact, and only those of the task's subscriptions.
     drop: dict[str, IdSet] = field(default_factory=dict)
 
 
 def orders_of(batch_id: int, plan: Plan, subs: list[str], deadlines: dict[str, int], lease_seconds: int,
-              drop: dict[str, IdSet]) -> list[SliceOrder]:
+              drop: dict[str, IdSet], immediate: frozenset[str] = frozenset()) -> list[SliceOrder]:
     """The orders of ``plan``'s tasks."""
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
@@ -67,5 +70,6 @@ def orders_of(batch_id: int, plan: Plan, subs: list[str], deadlines: dict[str, i
             max_messages=max(1, math.ceil(plan.max_messages / plan.parts)),
             max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
             seconds=seconds, deadlines={s: deadlines.get(s, 10) for s in mine}, lease_seconds=lease_seconds,
-            cutoff_us=plan.cutoff_us, drop={s: drop[s] for s in mine if s in drop and len(drop[s])}))
+            cutoff_us=plan.cutoff_us, immediate=tuple(s for s in mine if s in immediate),
+            drop={s: drop[s] for s in mine if s in drop and len(drop[s])}))
     return out

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from ..pubsub.chunks import DONE, Chunk
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet
-from ..storage import open_storage
+from ..storage import Storage, open_storage
 from ..storage.lease import Lease
 from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
@@ -54,7 +54,7 @@ def pulled_slice(options: "SourceOptions", order: SliceOrder) -> Iterator[pa.Tab
     ``with``: the recorded slice if one exists, else a new one, pulled and recorded first. The
     leases of a new slice are kept until the ``with`` ends (Spark consumed the rows), then
     extended once more for the driver to take over."""
-    store = SliceStore(open_storage(options.stateDir or ""))
+    store = SliceStore(_storage(options.stateDir or ""))
     table = store.read(order.batch_id, order.index)
     keeper: Leaser | None = None
     chunks: list[Chunk] = []
@@ -246,7 +246,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
         sub = open_subs[turn % len(open_subs)]
         turn += 1
         answer = _one_pull(rpc, sub, min(MAX_PER_PULL, order.max_messages - out.kept), left, out.evidence[sub],
-                           order.deadlines.get(sub, 10))
+                           order.deadlines.get(sub, 10), sub in order.immediate)
         if answer is None:  # the time ran out waiting
             return
         response, sent_mono, sent_wall = answer
@@ -256,8 +256,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             open_subs.remove(sub)
 
 
-def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evidence, deadline: int
-              ) -> tuple[Any, float, float] | None:
+def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evidence, deadline: int,
+              immediately: bool = False) -> tuple[Any, float, float] | None:
     """One answer from ``sub`` (possibly empty) with the monotonic and wall time its Pull was
     sent; ``None`` when ``left`` ran out first. A Pull that timed out or failed casts a shadow:
     it may have leased messages to nobody until the subscription's ack deadline has passed."""
@@ -265,7 +265,7 @@ def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evi
 
     backoff = Backoff(0.1, 2.0)
     end = time.monotonic() + left
-    immediately = False
+    prefer = immediately
     while True:
         remaining = end - time.monotonic()
         if remaining <= 0:
@@ -286,7 +286,7 @@ def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evi
             evidence.shadow_until = max(evidence.shadow_until, sent_wall + timeout + deadline)
             evidence.unavailable = True
             evidence.errors += 1
-            immediately = False
+            immediately = prefer
             time.sleep(min(backoff.next(), max(0.0, end - time.monotonic())))
             continue
         evidence.unavailable = False
@@ -350,6 +350,15 @@ def _accept(rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled, 
 
 
 _RPCS: dict[tuple, Rpc] = {}
+_STORAGES: dict[str, "Storage"] = {}
+
+
+def _storage(state_dir: str) -> "Storage":
+    """One storage per Python worker and stateDir (a Cloud Storage client costs tens of ms to make)."""
+    storage = _STORAGES.get(state_dir)
+    if storage is None:
+        storage = _STORAGES[state_dir] = open_storage(state_dir)
+    return storage
 
 
 def _rpc(options: "SourceOptions") -> Rpc:
