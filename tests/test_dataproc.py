@@ -312,5 +312,15 @@ def test_streaming_job_bad_arguments_exit_2():
     assert res.returncode == 2 and "KEY=VALUE" in res.stderr
 
 
+@pytest.mark.parametrize("state_dir", ["gs://b/cdc/checkpoint", "gs://b/cdc/checkpoint/state/", "gs://b/cdc",
+                                       "gs://b/cdc/tables/source"])
+def test_streaming_job_refuses_a_source_state_dir_that_overlaps(state_dir):
+    """The source's stateDir needs a prefix of its own: not the checkpoint's, nor the Delta tables'."""
+    res = subprocess.run([sys.executable, str(JOB), "--subscriptions", "x", "--checkpoint", "gs://b/cdc/checkpoint",
+                          "--state-dir", "gs://b/cdc/tables", "--option", f"stateDir={state_dir}"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "prefix of its own" in res.stderr, res.stderr
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["xml-front"]:
     XmlFront(sys.argv[2], Path(sys.argv[3])).serve_until_stdin_closes()
