@@ -2,7 +2,8 @@
 
     spark-submit --py-files crdb_pubsub-*.whl streaming_job.py \\
         --subscriptions projects/P/subscriptions/users-spark,projects/P/subscriptions/rides-spark \\
-        --checkpoint gs://BUCKET/cdc/checkpoint --state-dir gs://BUCKET/cdc/state \\
+        --checkpoint gs://BUCKET/cdc/checkpoint --state-dir gs://BUCKET/cdc/tables \\
+        --option stateDir=gs://BUCKET/cdc/source-state \\
         --schema "users=id STRING, city STRING, balance DECIMAL(12,2)" --trigger-seconds 30
 
 Every micro-batch is applied with ``crdb_pubsub.apply`` (latest change per key by HLC, deletes as
@@ -10,6 +11,11 @@ tombstones, exact DECIMAL/BIGINT) to one Delta Lake table per source table under
 (delta-rs, so the ``deltalake`` package must be installed where the driver runs: the ``apply``
 extra), and one JSON line of counts is printed per batch
 (``{"event": "batch", ...}``); a bounded run (``--available-now``) ends with ``{"event": "done", ...}``.
+
+``--option stateDir=gs://...`` is the *source's* state (its ledger, for exactly-once replay; with
+``--option receiver=executors`` the tasks' slices too), not ``--state-dir`` (the Delta tables): one
+per query, under a prefix of its own, e.g. next to the checkpoint in the same bucket. The job
+refuses a stateDir that is, holds or lies inside the checkpoint or ``--state-dir``.
 Exit codes: 0 done (or stopped), 1 the query failed, 2 bad arguments.
 """
 
@@ -27,7 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated projects/P/subscriptions/S (or bare ids with --project)")
     ap.add_argument("--project", default=None, help="project of bare subscription ids")
     ap.add_argument("--checkpoint", required=True, help="checkpoint location (gs://... on Dataproc)")
-    ap.add_argument("--state-dir", required=True, help="where the per-table state tables live (gs://... on Dataproc)")
+    ap.add_argument("--state-dir", required=True,
+                    help="where the per-table Delta tables live (gs://... on Dataproc); not the source's "
+                         "stateDir option")
     ap.add_argument("--schema", action="append", default=[], metavar="TABLE=DDL",
                     help="Spark DDL of a table's columns, e.g. 'users=id STRING, balance DECIMAL(12,2)' "
                          "(repeatable; tables without one get a schema inferred once)")
@@ -39,9 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="use the schemas of the simulator's movr tables (demo/test)")
     ap.add_argument("--trigger-seconds", type=float, default=30.0, help="micro-batch interval (default 30)")
     ap.add_argument("--available-now", action="store_true",
-                    help="drain what is waiting, then stop (needs Spark >= 4.2 for Python sources)")
+                    help="drain what is waiting, then stop (Spark >= 4.2: in as many batches as it takes; "
+                         "4.0/4.1: one batch, acknowledged by the next run, so use --option stateDir=...)")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="source option passed through, e.g. ackDeadlineSeconds=60 maxMessagesPerTrigger=50000")
+                    help="source option passed through, e.g. stateDir=gs://BUCKET/cdc/source-state "
+                         "receiver=executors numPartitions=16 ackDeadlineSeconds=60 maxMessagesPerTrigger=50000")
     ap.add_argument("--emulator-host", default=None, help="Pub/Sub emulator host:port (local runs only)")
     ap.add_argument("--timeout", type=float, default=None, help="stop after this many seconds (default: never)")
     args = ap.parse_args(argv)
@@ -50,7 +60,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"expected KEY=VALUE, got {item!r}")
     if not args.trigger_seconds > 0:
         ap.error("--trigger-seconds must be > 0")
+    source_state = next((v for k, v in (o.split("=", 1) for o in args.option) if k.strip().lower() == "statedir"), None)
+    if source_state:
+        for flag, other in (("--checkpoint", args.checkpoint), ("--state-dir", args.state_dir)):
+            if _overlap(source_state, other):
+                ap.error(f"stateDir={source_state} overlaps {flag} {other}: give the source's stateDir a "
+                         f"prefix of its own (e.g. gs://BUCKET/cdc/source-state next to gs://BUCKET/cdc/checkpoint)")
     return args
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one location is the other or lies inside it (compared as given, trailing '/' aside)."""
+    a, b = a.strip().rstrip("/"), b.strip().rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def schemas_from_args(args: argparse.Namespace) -> dict[str, str]:
