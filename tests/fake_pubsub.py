@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
-from google.protobuf.timestamp_pb2 import Timestamp
-from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
+from google.pubsub_v1.types import PullResponse
 
 
 @dataclass
@@ -279,17 +278,27 @@ class FakeSubscriberClient:
             raise gexc.NotFound(f"Subscription does not exist (resource={name})")
         return _SubInfo(s)
 
-    def pull(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> PullResponse:
+    def pull(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> Any:
         msgs = self.service.pull(
             _field(request, "subscription"), int(_field(request, "max_messages", 1000)), timeout,
             bool(_field(request, "return_immediately", False)),
         )
-        out = []
+        # The raw protobuf response, as gRPC hands it to the source's raw Pull: proto-plus
+        # wrappers built from many threads at once crashed the interpreter in a garbage
+        # collection (seen once in a run of the suite).
+        out = PullResponse.pb()()
         for m in msgs:
-            ts = Timestamp(seconds=m.publish_us // 1_000_000, nanos=(m.publish_us % 1_000_000) * 1000)
-            out.append(ReceivedMessage(ack_id=m.ack_id, message=PubsubMessage(
-                data=m.data, message_id=m.mid, publish_time=ts, attributes=m.attributes, ordering_key=m.ordering_key)))
-        return PullResponse(received_messages=out)
+            rm = out.received_messages.add()
+            rm.ack_id = m.ack_id
+            rm.message.data = m.data
+            rm.message.message_id = m.mid
+            rm.message.publish_time.seconds = m.publish_us // 1_000_000
+            rm.message.publish_time.nanos = (m.publish_us % 1_000_000) * 1000
+            for k, v in m.attributes.items():
+                rm.message.attributes[k] = v
+            if m.ordering_key:
+                rm.message.ordering_key = m.ordering_key
+        return out
 
     def acknowledge(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> None:
         self.service.acknowledge(_field(request, "subscription"), list(_field(request, "ack_ids")))
