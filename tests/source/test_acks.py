@@ -88,7 +88,9 @@ def test_exactly_once_subscription_acks_only_the_newest_ack_id(fake, make_reader
             redelivered["done"] = True
             fake.redeliver(SUB, ids[0])
             fake.redeliver(SUB, ids[1])
-            time.sleep(1.5)  # the receiver pulls the second deliveries while the batch is held
+            # The receiver pulls the second deliveries while the batch is held (waited for, not
+            # slept on: a loaded machine may take longer than any fixed pause).
+            until(lambda: reader.reportLatestOffset()["redeliveredWhileHeld"] >= 2, 20, "the second deliveries")
 
     t0 = time.monotonic()
     while s.trigger(sink):
