@@ -1,0 +1,66 @@
+"""The Debezium family's fast path (``families/debezium.py``): change events as the JSON converter
+writes them (compact, schemas disabled) are taken whole batches at a time and come out exactly as
+the general path makes them; other ops, odd times or tables, repeated keys and spacing fall back.
+"""
+
+from __future__ import annotations
+
+from .fast_check import assert_same, bench_decode, fast_count
+
+
+def test_debezium_variants_fall_back_exactly() -> None:
+    src = ('{"version":"2.7.3.Final","connector":"postgresql","name":"movr","ts_ms":1747243394205,'
+           '"snapshot":"false","db":"movr","ts_us":1747243394205125,"schema":"public","table":"vehicles"}')  # fmt: skip
+
+    def body(**kw: str) -> bytes:
+        fields = {"before": "null", "after": '{"id":1,"price":26.30}', "source": src, "op": '"c"',
+                  "ts_ms": "1747243394212", "transaction": "null"}  # fmt: skip
+        fields.update(kw)
+        return ("{" + ",".join(f'"{k}":{v}' for k, v in fields.items() if v is not None) + "}").encode()
+
+    variants = [
+        body(),
+        body(op='"u"', before='{"id":1,"price":26.20}'),
+        body(op='"d"', after="null", before='{"id":1}'),
+        body(op='"t"', after=None, before=None),
+        body(op='"m"'),
+        body(op="null"),
+        body(source=src.replace('"ts_us":1747243394205125', '"ts_us":0')),
+        body(source=src.replace('"ts_us":1747243394205125', '"ts_us":"x"')),
+        body(source=src.replace('"ts_us":1747243394205125', '"ts_us":99999999999999999999')),
+        body(source=src.replace('"ts_us":1747243394205125,', '"commit_ts":446264831787532295,')),
+        body(source=src.replace('"ts_us":1747243394205125,', '"commit_ts":-1,"ts_ms":0,')),
+        body(source=src.replace('"vehicles"', '"veh\\u0069cles"')),
+        body(source=src.replace('"vehicles"', "5")),
+        body(source=src.replace('"vehicles"', '""')),
+        body(source=src.replace('"db":"movr"', '"db":"movr","db":"x"')),
+        body(source="null"),
+        body(source=None),
+        body(ts_ms="-1", source="null"),
+        body(ts_ms="9223372036854775807", source="null"),
+        body(ts_ms=None),
+        body(ddl='"CREATE TABLE t ()"'),
+        body().replace(b'"op":"c"', b'"op": "c"'),
+        body().replace(b'"op":"c"', b'"op":"c","op":"c"'),
+        body().replace(b"{", b" {", 1),
+        body(after='{"id":"\xff"}'.encode("latin-1").decode("latin-1")),
+    ]
+    variants.append(body().replace(b'"movr"', b'"m\xffr"', 1))
+    batch = assert_same(variants)
+    assert fast_count(variants[:4]) == 4
+    assert batch.column("op").to_pylist()[:4] == ["c", "u", "d", "t"]
+
+
+def test_repeated_keys_behind_canonical_bodies_fall_back() -> None:
+    """The spaceless proof (no repeated key) against bodies of the layout learned from the first."""
+    debezium = bench_decode.make_bodies(3, seed=11, envelope="debezium")
+    d = debezium[1]
+    variants = [
+        d.replace(b'"op":"u",', b'"op":"u","op":"c",'),
+        d.replace(b'"table":"vehicles",', b'"table":"x","table":"vehicles",'),
+        d.replace(b'"table":"vehicles",', b'"table": "vehicles", '),
+        d.replace(b'"ts_ms":', b'"ts_\\u006ds":', 1),
+    ]
+    assert all(v != d for v in variants)
+    assert_same(debezium + variants + debezium)
+    assert fast_count(debezium * 3) == 9

@@ -1,0 +1,76 @@
+"""The enriched family's fast path (``families/enriched.py``): enriched values in the v2 wrapper are
+taken whole batches at a time and come out exactly as the general path makes them; whatever it
+cannot prove (a foreign ``source``, repeated or escaped keys, a Key with a schema) falls back.
+"""
+
+from __future__ import annotations
+
+from .fast_check import assert_same, bench_decode, fast_count, wrap
+
+
+def test_enriched_variants_fall_back_exactly() -> None:
+    src = ('{"changefeed_sink": "pubsub", "mvcc_timestamp": "1747243394200039000.0000000000", '
+           '"origin": "cockroachdb", "table_name": "products", "ts_hlc": "1747243394200039000.0000000000", '
+           '"ts_ns": 1747243394200039000}')  # fmt: skip
+    def value(**kw: str) -> str:
+        fields = {"after": '{"id": 1, "price": 12.50}', "op": '"c"', "source": src, "ts_ns": "1747243394886231000"}
+        fields.update(kw)
+        return "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items() if v is not None) + "}"
+
+    variants = [
+        wrap('{"id": 1}', value()),
+        wrap('[1]', value(op='"u"', before='{"id": 1, "price": 12.40}')),
+        wrap('{"id": 1}', value(source=src.replace('"origin": "cockroachdb"', '"origin": "other"'))),
+        wrap('{"id": 1}', value(source=src.replace(', "origin": "cockroachdb"', ""))),
+        wrap('{"id": 1}', value(source=src.replace('"node": 1', "") .replace('"ts_ns": 1747', '"ts_ns": 1747, "ts_ns": 1747'))),
+        wrap('{"id": 1}', value(source=src.replace('"products"', '"pro\\u0064ucts"'))),
+        wrap('{"id": 1}', value(source=src.replace('"products"', '""'))),
+        wrap('{"id": 1}', value(source=src.replace('"products"', "7"))),
+        wrap('{"id": 1}', value(source=src.replace('"ts_hlc": "1747243394200039000.0000000000", ', ""))),
+        wrap('{"id": 1}', value(source="null")),
+        wrap('{"id": 1}', value(source=None, ts_ns='"soon"')),
+        wrap('{"id": 1}', value(source=None, ts_ns="-5")),
+        wrap('{"id": 1}', value(source=None)),
+        wrap('{"id": 1}', value(op='"x"')),
+        wrap('{"id": 1}', value(after="[1]")),
+        wrap('{"id": 1, "id": 2}', value()),
+        wrap('{"payload": {"id": 1}, "schema": {}}', value()),
+        wrap('{"id": 1}', value(key='{"id": 1}')),
+        wrap('{"id": 1}', value(key="7")),
+        wrap('{"id": 1}', value().replace('"op": "c"', '"op": "c", "op": "d"')),
+    ]
+    batch = assert_same(variants)
+    assert fast_count(variants[:2]) == 2
+    kinds = batch.column("kind").to_pylist()
+    assert kinds[0] == kinds[1] == "row" and kinds[-1] == "malformed"
+    assert batch.column("envelope").to_pylist()[2] == "debezium"  # a foreign origin is not CockroachDB's
+
+
+def test_repeated_keys_behind_canonical_bodies_fall_back() -> None:
+    """The spaceless proof (no repeated key) against bodies of the layout learned from the first."""
+    enriched = bench_decode.make_bodies(3, seed=11, envelope="enriched")
+    e = enriched[1]
+    src_at = e.index(b'"source": {') + len(b'"source": {')
+    variants = [
+        e.replace(b'"op": "u", ', b'"op":"u","op":"u",'),  # repeated, paid for with spaces left out
+        e.replace(b'"op": "u", ', b'"op":\t"u", '),  # a tab instead of a space
+        e.replace(b'"op": "u", ', b'"op": "u",  '),  # one space more
+        e.replace(b'"op": "u", ', b'"\\u006fp": "u", '),  # escaped key
+        e[:src_at] + b'"origin":"x",' + e[src_at:].replace(b'", "', b'","', 2),  # source key repeated
+        e.replace(b'{"Key":{"city": ', b'{"Key":{"city":"x","city": ', 1),  # Key object key repeated
+        e.replace(b'"Topic":"vehicles"', b'"Topic":"veh\\u0069cles"'),
+        e.replace(b'"Topic":"vehicles"', b'"Topic": "vehicles"'),
+    ]
+    assert all(v != e for v in variants)
+    batch = assert_same(enriched + variants + enriched)
+    assert batch.column("kind").to_pylist()[3] == "malformed"
+    assert fast_count(enriched * 3) == 9
+
+
+def test_an_hlc_with_a_space_is_malformed_not_an_exception() -> None:
+    bodies = bench_decode.make_bodies(3, seed=2, envelope="enriched")
+    field = b'"ts_hlc": "'
+    bad = bodies[1].replace(field, field + b" ")
+    assert bad != bodies[1]
+    batch = assert_same([bodies[0], bad, bodies[2]])
+    assert batch.column("kind").to_pylist() == ["row", "malformed", "row"]
