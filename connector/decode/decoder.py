@@ -303,7 +303,7 @@ def _fast_parts(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray, di
             break
         subset = bodies if len(remaining) == n else [bodies[i] for i in remaining.tolist()]
         taken = np.zeros(n, dtype=bool)
-        for idx, cols in path.run(subset):
+        for idx, cols in path.run(subset, envelope):
             rows = remaining[idx]
             taken[rows] = True
             m = len(rows)

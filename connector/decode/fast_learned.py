@@ -572,7 +572,7 @@ class LearnedFast:
     def likely(self, first: bytes) -> int:
         return self.frame.likely(first)
 
-    def run(self, bodies: list[bytes]) -> list[Part]:
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
         return _run_frame(self.frame, (self,), bodies)
 
 
@@ -587,7 +587,7 @@ class _FramePass:
     def likely(self, first: bytes) -> int:
         return self.frame.likely(first)
 
-    def run(self, bodies: list[bytes]) -> list[Part]:
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
         return _run_frame(self.frame, self.paths, bodies)
 
 

@@ -61,7 +61,7 @@ def test_a_family_brings_its_own_fast_path(monkeypatch):
 
     seen: list[list[bytes]] = []
 
-    def run(bodies: list[bytes]) -> list:
+    def run(bodies: list[bytes], envelope: str) -> list:
         seen.append(bodies)
         idx = np.array([i for i, b in enumerate(bodies) if b.startswith(b'{"ROW"')], dtype=np.int64)
         m = len(idx)

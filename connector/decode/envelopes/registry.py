@@ -33,14 +33,15 @@ class FastPath(Protocol):
     ``envelopes``: the ``envelope`` option values it runs under. ``likely(first)``: how surely a
     batch is this family's, judged by its first body (0: no sign, 1: its framing, 2: its exact
     signature); the decoder runs the most likely first, each on the bodies the others left.
-    ``run(bodies)``: [(positions in ``bodies``, output columns)] of the bodies it proved.
+    ``run(bodies, envelope)``: [(positions in ``bodies``, output columns)] of the bodies it proved,
+    decoded under the ``envelope`` option (one of ``envelopes``).
     """
 
     envelopes: tuple[str, ...]
 
     def likely(self, first: bytes) -> int: ...
 
-    def run(self, bodies: list[bytes]) -> list[Part]: ...
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class BatchFast:
 
     envelopes: tuple[str, ...]
     likely: Callable[[bytes], int]
-    run: Callable[[list[bytes]], list[Part]]
+    run: Callable[[list[bytes], str], list[Part]]
 
 
 def _never(d: Value, keys: set[str], env: str) -> bool:

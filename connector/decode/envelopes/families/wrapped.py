@@ -236,7 +236,7 @@ def _likely(first: bytes) -> int:
     return 2 if first.startswith(b'{"Key":') and b',"Value":{"after": ' in first and b'"op": ' not in first else 0
 
 
-def _fast(bodies: list[bytes]) -> list[Part]:
+def _fast(bodies: list[bytes], envelope: str) -> list[Part]:
     idx, cols = _proven(bodies)
     return [(idx, cols)] if len(idx) else []
 
