@@ -63,16 +63,20 @@ def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
-def utf8_bad(arr: pa.Array, raws: list) -> np.ndarray | None:
-    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure."""
+def utf8_bad(arr: pa.Array, raws: list | None = None) -> np.ndarray | None:
+    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure
+    (from ``raws``, the values' texts, or else from the array's own buffers)."""
     try:
         arr.validate(full=True)
         return None
     except pa.ArrowInvalid:
+        if raws is None:
+            raws = arr.view(pa.binary()).to_pylist()
         bad = np.zeros(len(raws), dtype=bool)
         for i, raw in enumerate(raws):
             try:
-                bytes(raw).decode("utf-8")
+                if raw is not None:
+                    bytes(raw).decode("utf-8")
             except UnicodeDecodeError:
                 bad[i] = True
         return bad

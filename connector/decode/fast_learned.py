@@ -187,25 +187,73 @@ class Matched:
     """Bodies that matched one learned layout.
 
     ``idx``: their positions in the bodies matched; ``keys``: the layout's keys, in order;
-    ``values``: the raw value of each key (only the keys the caller wanted, see match_layouts), one
-    per body; ``key`` and ``topic``: the v2 wrapper's Key (raw) and Topic (decoded), None without a
-    wrapper; ``arrays``: raw-text columns already built while proving them (by key; "" is the
-    wrapper Key); ``after``: row images already cut from the bodies (bare, see its quick path)."""
+    ``values``: the raw value of each key taken out (all, or the ones the caller reads, see
+    match_layouts), one per body; ``key`` and ``topic``: the v2 wrapper's Key (raw) and Topic
+    (decoded), None without a wrapper; ``parsed`` and ``getters``: the Structs the bodies decoded
+    into and a getter per key, to take out other values later; ``ascii``: which bodies are ASCII
+    (None: not known); ``after``: row images already cut from the bodies (bare, see its quick
+    path); ``built``: the columns built so far (by key, "" for the wrapper Key, see col)."""
 
     idx: np.ndarray
     keys: tuple[str, ...]
     values: dict[str, list[Raw]]
     key: list[Raw] | None = None
     topic: list[str] | None = None
-    arrays: dict[str, pa.Array] = dataclasses.field(default_factory=dict)
+    parsed: list[Any] | None = None
+    getters: dict[str, Callable[[Any], Raw]] = dataclasses.field(default_factory=dict)
+    ascii: np.ndarray | None = None
     after: pa.Array | None = None
+    built: dict[str, "Col"] = dataclasses.field(default_factory=dict)
+
+    def raws(self, name: str) -> list[Raw] | None:
+        """The raw values of key ``name`` ("" for the wrapper Key), None when the layout has none."""
+        if name == "":
+            return self.key
+        found = self.values.get(name)
+        if found is None and name in self.getters and self.parsed is not None:
+            found = self.values[name] = list(map(self.getters[name], self.parsed))
+        return found
 
     def col(self, name: str, m: int) -> "Col":
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
-        arr = self.arrays.get(name)
-        if arr is not None:
-            return Col.of(arr)
-        return Col(self.key if name == "" else self.values.get(name), m)
+        col = self.built.get(name)
+        if col is None:
+            col = self.built[name] = Col(self.raws(name), m)
+        return col
+
+    def utf8_bad(self, covered: Iterable[str] = (), arrays: Sequence[pa.Array] = ()) -> np.ndarray:
+        """Mask of the bodies that are not valid UTF-8 (the general path refuses them first).
+
+        Outside its values, a body proven to have this layout is keys and punctuation, valid text;
+        so the values decide: those of the columns built, the ``arrays`` (which hold the values of
+        the keys ``covered``), and every other value of the layout, taken out here. Nothing is
+        checked when all the bodies are ASCII."""
+        m = len(self.idx)
+        bad = np.zeros(m, dtype=bool)
+        if self.ascii is not None and self.ascii.all():
+            return bad
+        for col in self.built.values():
+            if col.present.any():
+                found = utf8_bad(col.arr, None)
+                if found is not None:
+                    bad |= found
+        for arr in arrays:
+            found = utf8_bad(arr, None)
+            if found is not None:
+                bad |= found
+        rows = np.arange(m) if self.ascii is None else np.flatnonzero(~self.ascii)
+        rest = [k for k in self.keys if k not in self.built and k not in covered]
+        if self.key is not None and "" not in self.built:
+            rest.append("")
+        for name in rest:
+            raws = self.raws(name)
+            if raws is None:
+                continue
+            texts = [raws[i] for i in rows.tolist()]
+            found = utf8_bad(raw_column(texts)[0], None)
+            if found is not None:
+                bad[rows] |= found
+        return bad
 
 
 SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
@@ -234,7 +282,7 @@ def _spaceless_len(texts: Texts) -> np.ndarray:
     )
 
 
-def _spaceless_equal(raws: Texts, parsed: list[msgspec.Struct], stats: tuple[int, int] | None = None) -> np.ndarray:
+def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int] | None = None) -> np.ndarray:
     """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
 
     ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
@@ -253,14 +301,32 @@ def _spaceless_equal(raws: Texts, parsed: list[msgspec.Struct], stats: tuple[int
     return _spaceless_len(raws) == _spaceless_len(encoded)
 
 
+def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
+    """Mask of the compact ``raws`` exactly as long as the compact encoding of their Structs.
+
+    As in _spaceless_equal, a raw is never shorter than that encoding; when there are no spaces to
+    set aside (the producer writes no whitespace), equal lengths mean no key repeats, no key is
+    escaped and there is no whitespace at all: one length per message, no byte counted."""
+    want = sum(map(len, map(ENCODE, parsed)))
+    if want == (total if total is not None else sum(map(len, raws))):
+        return np.ones(len(raws), dtype=bool)
+    m = len(raws)
+    have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
+    return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+
+
+Wanted = "tuple[str, ...] | frozenset[str] | None"
+
+
 def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
-                  wanted: tuple[str, ...] | None = None,
+                  wanted: "Wanted | Callable[[tuple[str, ...]], Wanted]" = None,
                   stats: tuple[int, int] | None = None) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
-    ``wanted``: the only keys whose values the caller reads (objects inside a value); the others'
-    values are then not even taken out of the Structs, when no rebuild needs them. ``stats``: the
-    total length and spaces of all ``raws``, when the caller has them."""
+    ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
+    giving them); the others' values are then not even taken out of the Structs (Matched.raws
+    takes them later), when no proof needs them. ``stats``: the total length and spaces of all
+    ``raws``, when the caller has them."""
     out: list[Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[str, ...]] = set()
@@ -273,6 +339,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             continue
         tried.add(keys)
         layout = layout_of(keys, style, wrapper)
+        reads = wanted(keys) if callable(wanted) else wanted
         subset = raws if len(pending) == len(raws) else [raws[i] for i in pending.tolist()]
         try:
             parsed = list(map(layout.decode, subset))
@@ -286,39 +353,38 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         if not parsed:
             pending = pending[1:]
             continue
+        simple = all(map(SIMPLE_KEY.match, keys))
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
-        # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
-        # (the length check needs every value's length: cheaper for few keys, not for big objects)
-        spaceless = (
-            (not layout.by_length or (wanted is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
-            and all(map(SIMPLE_KEY.match, keys))
-        )  # fmt: skip
-        col_keys = keys
-        if spaceless:
+        # path) would make a difference. Compact objects: their encoded length rules it out; spaced
+        # ones: _spaceless_equal, unless few keys make the length check airtight (it needs every
+        # value's length: cheaper for few keys, not for big objects). Bare rows are rebuilt.
+        if simple and not wrapper and style == COMPACT_STYLE:
+            proof = "encoded"
+        elif (
+            (not layout.by_length or (reads is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
+            and simple
+        ):  # fmt: skip
+            proof = "spaceless"
+        else:
+            proof = "length" if layout.by_length else "rebuild"
+        if proof == "encoded":
+            ok = _encoded_equal(subset, parsed, stats[0] if stats is not None and subset is raws else None)
+        elif proof == "spaceless":
             ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
-        if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
-            inner = list(map(GET_VALUE, parsed))
-            columns = (
-                [list(map(GET_KEY, parsed))] + [list(map(g, inner)) for g in layout.inner_getters]
-                + [list(map(GET_TOPIC, parsed))]
-            )  # fmt: skip
-            del inner
-        elif spaceless and wanted is not None:
-            col_keys = tuple(k for k in keys if k in wanted)
-            columns = [list(map(layout.getters[keys.index(k)], parsed)) for k in col_keys]
-        else:
-            columns = [list(map(g, parsed)) for g in layout.getters]
-        del parsed
-        arrays: dict[str, pa.Array] = {}
-        if spaceless:
-            pass
-        else:
+        col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
+        inner = list(map(GET_VALUE, parsed)) if wrapper else parsed
+        # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
+        getters = dict(zip(keys, layout.inner_getters))
+        columns = [list(map(getters[k], inner)) for k in col_keys]
+        key = list(map(GET_KEY, parsed)) if wrapper else None
+        topic = list(map(GET_TOPIC, parsed)) if wrapper else None
+        if proof in ("length", "rebuild"):
             rebuild = columns
             if wrapper:  # Topic decodes to str; the layout holds its JSON text
-                topics = columns[-1]
-                encoded = {t: msgspec.json.encode(t) for t in set(topics)}
-                rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
-            if layout.by_length:
+                assert key is not None and topic is not None
+                encoded = {t: msgspec.json.encode(t) for t in set(topic)}
+                rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
+            if proof == "length":
                 ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
             else:  # bare rows are rebuilt by the general path: prove them byte for byte
                 ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
@@ -326,19 +392,16 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             if not ok.all():
                 keep = ok.tolist()
                 columns = [list(itertools.compress(col, keep)) for col in columns]
-                arrays = {k: v.filter(pa.array(ok)) for k, v in arrays.items()}
-            if wrapper:
-                key, columns, topic = columns[0], columns[1:-1], columns[-1]
-            else:
-                key = topic = None
+                inner = list(itertools.compress(inner, keep))
+                key = list(itertools.compress(key, keep)) if key is not None else None
+                topic = list(itertools.compress(topic, keep)) if topic is not None else None
             out.append(Matched(idx=got[ok], keys=keys, values=dict(zip(col_keys, columns)), key=key, topic=topic,
-                               arrays=arrays))
+                               parsed=inner, getters=getters))  # fmt: skip
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
         pending = pending[~done[pending]]
     return out
-
 
 
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
@@ -404,8 +467,9 @@ class Col:
         return ~self.present | (self.first == NULL_START)
 
     def unquoted(self) -> pa.Array:
-        """The text inside the quotes (for values already proven to be plain JSON strings)."""
-        return pc.utf8_slice_codeunits(self.arr, 1, -1)
+        """The text inside the quotes (for values already proven to be plain JSON strings). Sliced as
+        bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch."""
+        return pc.binary_slice(self.arr.view(pa.binary()), 1, -1).view(pa.string())
 
     def ints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(int64 values, has-an-int mask, not-sure mask) as the general path's _int_field reads them."""
@@ -436,11 +500,11 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
     for g in groups:
         order.append(idx[g.idx])
         for name in names:
-            vals = g.values.get(name)
+            vals = g.raws(name)
             if vals is None:
                 pieces[name].append(pa.nulls(len(g.idx), pa.string()))
             else:
-                pieces[name].append(g.arrays[name] if name in g.arrays else raw_column(vals)[0])
+                pieces[name].append(raw_column(vals)[0])
     fields: dict[str, Col] = {}
     if order:
         rows = np.concatenate(order)
@@ -482,13 +546,6 @@ def table_names(topic: pa.Array) -> pa.Array:
     encoded = pc.dictionary_encode(topic)
     tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
     return tables.take(encoded.indices)
-
-
-def body_utf8_bad(bodies: list[bytes]) -> np.ndarray:
-    """Mask of the bodies that are not valid UTF-8 (the general path refuses them first)."""
-    arr, _, _ = raw_column(bodies)
-    bad = utf8_bad(arr, bodies)
-    return np.zeros(len(bodies), dtype=bool) if bad is None else bad
 
 
 def image(col: Col) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -558,6 +615,7 @@ class LearnedFast:
 
     ``envelopes``: the ``envelope`` option values it runs under; ``frame``: where its layouts sit;
     ``accept(keys)``: the layouts it takes (no two families of a frame take the same keys);
+    ``reads``: the keys whose values ``build`` reads (None: all), the only ones taken out early;
     ``build(group, bodies)``: (ok mask, output columns) for the bodies of one matched layout, ok
     where the values hold what the general path requires of them; ``quick(bodies, accept)``: a
     cheaper proof of the whole batch, tried first (None when the batch is not of one such layout).
@@ -567,6 +625,7 @@ class LearnedFast:
     frame: Frame
     accept: Accept
     build: Build
+    reads: frozenset[str] | None = None
     quick: Quick | None = None
 
     def likely(self, first: bytes) -> int:
@@ -613,6 +672,9 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
     def accept(keys: tuple[str, ...]) -> bool:
         return any(p.accept(keys) for p in paths)
 
+    def reads(keys: tuple[str, ...]) -> frozenset[str] | None:
+        return next(p.reads for p in paths if p.accept(keys))
+
     groups: list[Matched] = []
     quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None), None)
     if quick is not None:
@@ -621,13 +683,15 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
         rest[quick.idx] = False
         rest_idx = np.flatnonzero(rest)
         if len(rest_idx):
-            for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept):
+            for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept, reads):
                 g.idx = rest_idx[g.idx]
                 groups.append(g)
     else:
-        groups = match_layouts(bodies, frame.style, frame.wrapper, accept)
+        groups = match_layouts(bodies, frame.style, frame.wrapper, accept, reads)
+    ascii = np.fromiter(map(bytes.isascii, bodies), dtype=bool, count=len(bodies)) if groups else None
     parts: list[Part] = []
     for g in groups:
+        g.ascii = ascii[g.idx]
         build = next(p.build for p in paths if p.accept(g.keys))
         ok, cols = build(g, [bodies[i] for i in g.idx.tolist()])
         if not ok.any():

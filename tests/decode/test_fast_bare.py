@@ -84,3 +84,15 @@ def test_an_hlc_with_a_space_is_malformed_not_an_exception() -> None:
     assert bad != bodies[1]
     batch = assert_same([bodies[0], bad, bodies[2]])
     assert batch.column("kind").to_pylist() == ["row", "malformed", "row"]
+
+
+def test_invalid_utf8_anywhere_falls_back() -> None:
+    body = wrap('[1]', '{"__crdb__": {"topic": "t", "updated": "1.0000000002"}, "a": 1, "b": "x"}')
+    variants = [
+        body.replace(b'"topic": "t"', b'"topic": "\xff"'),
+        body.replace(b'"x"', b'"\xc3("'),
+        body.replace(b'[1]', b'["\xe9"]'),
+        body.replace(b'"x"', b'"\xc3\xa9"'),
+    ]
+    batch = assert_same([body] + variants + [body])
+    assert batch.column("kind").to_pylist() == ["row", "malformed", "malformed", "malformed", "row", "row"]

@@ -64,3 +64,17 @@ def test_repeated_keys_behind_canonical_bodies_fall_back() -> None:
     assert all(v != d for v in variants)
     assert_same(debezium + variants + debezium)
     assert fast_count(debezium * 3) == 9
+
+
+def test_invalid_utf8_anywhere_falls_back() -> None:
+    """UTF-8 is checked on the values taken out, and on every other value of a non-ASCII body."""
+    body = bench_decode.make_bodies(3, seed=12, envelope="debezium")[1]
+    variants = [
+        body.replace(b'"transaction":null', b'"transaction":{"id":"\xff"}'),  # a value not read
+        body.replace(b'"ts_us":', b'"ts_us":"\xc3(",', 1).replace(b',"ts_us":"\xc3(",', b',"ts_us":"\xc3(","x":', 1),
+        body.replace(b'"snapshot":"false"', b'"snapshot":"f\xe9"'),  # inside source, a field not read
+        body.replace(b'"op":"u"', b'"op":"\xff"'),
+        body.replace(b'"snapshot":"false"', b'"snapshot":"f\xc3\xa9"'),  # valid non-ASCII
+    ]
+    batch = assert_same([body] + variants + [body])
+    assert batch.column("kind").to_pylist()[1] == "malformed" and batch.column("kind").to_pylist()[5] == "row"

@@ -74,3 +74,17 @@ def test_an_hlc_with_a_space_is_malformed_not_an_exception() -> None:
     assert bad != bodies[1]
     batch = assert_same([bodies[0], bad, bodies[2]])
     assert batch.column("kind").to_pylist() == ["row", "malformed", "row"]
+
+
+def test_invalid_utf8_anywhere_falls_back() -> None:
+    """UTF-8 is checked on every value of a non-ASCII body (all ASCII: nothing to check)."""
+    body = bench_decode.make_bodies(3, seed=12, envelope="enriched")[1]
+    variants = [
+        body.replace(b'"cluster_name": ""', b'"cluster_name": "\xff"'),
+        body.replace(b'{"Key":{"city": "', b'{"Key":{"city": "\xc3(', 1),
+        body.replace(b'"op": "u"', b'"op": "\xe9"'),
+        body.replace(b'"cluster_name": ""', b'"cluster_name": "\xc3\xa9"'),
+    ]
+    assert all(v != body for v in variants)
+    batch = assert_same([body] + variants + [body])
+    assert batch.column("kind").to_pylist()[1:3] == ["malformed", "malformed"]

@@ -42,4 +42,4 @@ def test_a_matched_group_names_its_fields() -> None:
     with pytest.raises(TypeError):
         fast_learned.Matched(np.arange(1), ("a",), {"a": [b"1"]})  # type: ignore[misc]
     group = fast_learned.Matched(idx=np.arange(1), keys=("a",), values={"a": [b"1"]})
-    assert group.key is None and group.topic is None and group.after is None and group.arrays == {}
+    assert group.key is None and group.topic is None and group.after is None and group.built == {}

@@ -14,7 +14,7 @@ import pyarrow as pa
 from msgspec import Raw
 
 from ...columns import ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, OBJ_START, OFFSET_LIMIT, TooLarge, const, raw_column
-from ...fast_learned import CRDB_STYLE, ENCODE, SIMPLE_KEY, V2_CRDB, Accept, LearnedFast, Matched, body_utf8_bad
+from ...fast_learned import CRDB_STYLE, ENCODE, SIMPLE_KEY, V2_CRDB, Accept, LearnedFast, Matched
 from ...fast_learned import commit_from_hlc, decode_or_none, interleave, layout_of, learn_keys, nested, table_names
 from ...hlc import HLC_QUOTED
 from ..common import Bad, Context, Row, convert, hlc_field, key_text, kind_of, parse_object, string_field
@@ -219,7 +219,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad |= ~meta_ok
     bad |= ~meta["key"].starts(b"[{n") | ~meta["topic"].starts(b'"')
     bad |= ~meta["updated"].matches(HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(HLC_QUOTED)
-    bad |= body_utf8_bad(bodies)
+    bad |= g.utf8_bad(covered=[k for k in g.keys if k != "__crdb__"], arrays=[after])
     updated = meta["updated"].unquoted()
     mvcc = meta["mvcc_timestamp"].unquoted()
     topic = pa.array(g.topic, pa.string())

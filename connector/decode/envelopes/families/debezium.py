@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START
-from ...fast_learned import COMPACT, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched, body_utf8_bad
+from ...fast_learned import COMPACT, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
 from ...fast_learned import image, micros_array, nested, row_columns
 from ...hlc import MAX_MICROS
 from ..common import Bad, Context, Row, convert, int_field, object_or_null, op_from_images, parse_object
@@ -131,6 +131,7 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 # -- the fast path -----------------------------------------------------------------------------------
 
 _FAST_KEYS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
+_READS = frozenset(("before", "after", "source", "op", "ts_ms"))  # ts_us, ts_ns and transaction: not read
 _OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"', '"t"'])
 
 
@@ -141,7 +142,7 @@ def _accept(keys: tuple[str, ...]) -> bool:
 def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """(ok mask, output columns) of Debezium events of one proven layout (see LearnedFast.build)."""
     m = len(g.idx)
-    value = {k: g.col(k, m) for k in _FAST_KEYS}
+    value = {k: g.col(k, m) for k in _READS}
     op = value["op"]
     bad = ~pc.is_in(op.arr, value_set=_OP_TEXT).to_numpy(zero_copy_only=False)
     after_ok, _, after = image(value["after"])
@@ -187,7 +188,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     use_top = rest & ~has_us & ~has_ms & has_top & (top_ms >= 0)
     micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
     known |= use_top & top_fits
-    bad |= body_utf8_bad(bodies)
+    bad |= g.utf8_bad()
     cols = row_columns(m, "debezium", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
                        commit=micros_array(micros, known))
     return ~bad, cols
@@ -195,5 +196,5 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
 
 FAMILY = Family(
     order=70, names=("debezium",), claims=_claims, decode=_decode,
-    fast=LearnedFast(envelopes=("auto", "debezium"), frame=COMPACT, accept=_accept, build=_fast_rows),
+    fast=LearnedFast(envelopes=("auto", "debezium"), frame=COMPACT, accept=_accept, build=_fast_rows, reads=_READS),
 )  # fmt: skip

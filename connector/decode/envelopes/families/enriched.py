@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START
-from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, LearnedFast, Matched, body_utf8_bad
+from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, LearnedFast, Matched
 from ...fast_learned import commit_from_hlc, image, micros_array, nested, row_columns, table_names
 from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
 from ..common import Bad, Context, Row, fill_images_and_meta, hlc_field, int_field, object_or_null, parse_object
@@ -117,7 +117,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad |= sf["ts_ns"].present & ~src_ns_has
     top_ns, top_ns_has, _ = value["ts_ns"].ints()
     bad |= value["ts_ns"].present & ~top_ns_has
-    bad |= body_utf8_bad(bodies)
+    bad |= g.utf8_bad()
 
     updated = sf["ts_hlc"].unquoted()
     mvcc = sf["mvcc_timestamp"].unquoted()
