@@ -241,7 +241,7 @@ class Matched:
             found = utf8_bad(arr, None)
             if found is not None:
                 bad |= found
-        rows = np.arange(m) if self.ascii is None else np.flatnonzero(~self.ascii)
+        rows = None if self.ascii is None or not self.ascii.any() else np.flatnonzero(~self.ascii)
         rest = [k for k in self.keys if k not in self.built and k not in covered]
         if self.key is not None and "" not in self.built:
             rest.append("")
@@ -249,10 +249,12 @@ class Matched:
             raws = self.raws(name)
             if raws is None:
                 continue
-            texts = [raws[i] for i in rows.tolist()]
+            texts = raws if rows is None else [raws[i] for i in rows.tolist()]
+            if b"".join(texts).isascii():  # (numbers, literals, ASCII strings: the common case)
+                continue
             found = utf8_bad(raw_column(texts)[0], None)
             if found is not None:
-                bad[rows] |= found
+                bad[slice(None) if rows is None else rows] |= found
         return bad
 
 
@@ -282,7 +284,7 @@ def _spaceless_len(texts: Texts) -> np.ndarray:
     )
 
 
-def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int] | None = None) -> np.ndarray:
+def _spaceless_equal(raws: Texts, parsed: list[Any], stats: "tuple[int, int | None] | None" = None) -> np.ndarray:
     """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
 
     ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
@@ -292,13 +294,12 @@ def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int] | No
     no key is escaped and only spaces separate the tokens; as each raw is never shorter, equal totals
     over the batch prove every one (the common case: four bulk counts, no per-message comparison).
     """
-    encoded = list(map(ENCODE, parsed))
-    total, spaces = stats if stats is not None else (sum(map(len, raws)), _spaces(raws))
-    have = total - spaces
-    want = sum(map(len, encoded)) - _spaces(encoded)
-    if have == want:
-        return np.ones(len(raws), dtype=bool)
-    return _spaceless_len(raws) == _spaceless_len(encoded)
+    m = len(raws)
+    total, spaces = stats if stats is not None and stats[1] is not None else (sum(map(len, raws)), _spaces(raws))
+    both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
+    if total - spaces == len(both) - (m + 1) - both.count(b" "):
+        return np.ones(m, dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(list(map(ENCODE, parsed)))
 
 
 def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
@@ -307,10 +308,10 @@ def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> 
     As in _spaceless_equal, a raw is never shorter than that encoding; when there are no spaces to
     set aside (the producer writes no whitespace), equal lengths mean no key repeats, no key is
     escaped and there is no whitespace at all: one length per message, no byte counted."""
-    want = sum(map(len, map(ENCODE, parsed)))
-    if want == (total if total is not None else sum(map(len, raws))):
-        return np.ones(len(raws), dtype=bool)
     m = len(raws)
+    want = len(ENCODE(parsed)) - (m + 1)  # one call: "[" e1 "," e2 ... "]"
+    if want == (total if total is not None else sum(map(len, raws))):
+        return np.ones(m, dtype=bool)
     have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
     return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
 
@@ -320,13 +321,13 @@ Wanted = "tuple[str, ...] | frozenset[str] | None"
 
 def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
                   wanted: "Wanted | Callable[[tuple[str, ...]], Wanted]" = None,
-                  stats: tuple[int, int] | None = None) -> list[Matched]:  # fmt: skip
+                  stats: "tuple[int, int | None] | None" = None) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
     ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
     giving them); the others' values are then not even taken out of the Structs (Matched.raws
-    takes them later), when no proof needs them. ``stats``: the total length and spaces of all
-    ``raws``, when the caller has them."""
+    takes them later), when no proof needs them. ``stats``: the total length and (None: not
+    counted) spaces of all ``raws``, when the caller has them."""
     out: list[Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[str, ...]] = set()
@@ -440,12 +441,14 @@ class Col:
             col.first[~col.present] = 0
         return col
 
-    def stats(self) -> tuple[int, int] | None:
-        """(total length, spaces) of the present values' text, when all are present."""
+    def stats(self, spaces: bool) -> tuple[int, int | None] | None:
+        """(total length, spaces if asked) of the present values' text, when all are present."""
         if not self.present.all() or not len(self.arr):
             return None
         arr = self.arr
         offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        if not spaces:
+            return int(offsets[-1] - offsets[0]), None
         data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
         return len(data), int(np.count_nonzero(data == _SPACE))
 
@@ -492,7 +495,7 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
-    stats = col.stats() if col is not None and len(idx) == m else None
+    stats = col.stats(spaces=style != COMPACT_STYLE) if col is not None and len(idx) == m else None
     groups = match_layouts(sub, style, False, accept, names, stats)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
