@@ -53,16 +53,19 @@ Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
 
 CRDB_STYLE = (b", ", b": ")
 COMPACT_STYLE = (b",", b":")
-_MAX_LAYOUTS = 4
+_MAX_LAYOUTS = 4  # layouts learned and tried on the pending bodies, at most
+_MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: one small decode each)
+_GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 
 
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
+    __slots__ = ("keys", "wrapper", "outer", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
 
-    def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
+    def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
+                 outer: tuple[str, ...] | None = None) -> None:  # fmt: skip
         sep, colon = style
         # When may the byte-for-byte rebuild be skipped for a length check? A body that decodes
         # into this Struct holds only these keys, each at least once (values: the last occurrence).
@@ -77,7 +80,7 @@ class _Layout:
         smallest = min((len(msgspec.json.encode(k)) + 3 for k in keys), default=0)
         if wrapper:
             smallest = min(smallest, len(b'"Key":1,'))
-        self.by_length = smallest > spaces and "__crdb__" not in keys
+        self.by_length = smallest > spaces and "__crdb__" not in keys and outer is None
         # Otherwise, when the values are only read by key (not bare), _spaceless_equal proves that
         # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
         names = [f"f{i}" for i in range(len(keys))]
@@ -88,12 +91,18 @@ class _Layout:
         prefixes = [(b"{" if i == 0 else sep) + e + colon for i, e in enumerate(encoded)]
         self.keys = keys
         self.wrapper = wrapper
+        self.outer = outer
         self.inner_getters = [operator.attrgetter(n) for n in names]
+        if outer is not None:  # {"schema": S, "payload": <this layout>} (S: any JSON), in ``outer``'s order
+            inner = msgspec.defstruct(
+                "_LearnedPayload", [(k, inner if k == "payload" else Raw) for k in outer], forbid_unknown_fields=True,
+                gc=False,
+            )  # fmt: skip
         if wrapper:
-            outer = msgspec.defstruct(
+            wrap = msgspec.defstruct(
                 "_LearnedWrap", [("Key", Raw), ("Value", inner), ("Topic", str)], forbid_unknown_fields=True, gc=False
             )
-            self.decode = msgspec.json.Decoder(outer).decode
+            self.decode = msgspec.json.Decoder(wrap).decode
             self.getters = (
                 [operator.attrgetter("Key")] + [operator.attrgetter("Value." + n) for n in names]
                 + [operator.attrgetter("Topic")]
@@ -107,8 +116,9 @@ class _Layout:
 
 
 @functools.lru_cache(maxsize=256)
-def layout_of(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> _Layout:
-    return _Layout(keys, style, wrapper)
+def layout_of(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
+              outer: tuple[str, ...] | None = None) -> _Layout:  # fmt: skip
+    return _Layout(keys, style, wrapper, outer)
 
 
 def decode_or_none(decode: Callable[[Any], Any], body: "bytes | Raw") -> Any:
@@ -182,11 +192,34 @@ def learn_keys(raw: "bytes | Raw", wrapper: bool) -> tuple[str, ...] | None:
     return tuple(obj)
 
 
+_PAYLOAD_KEYS = frozenset(("payload", "schema"))
+
+
+def learn_payload(raw: "bytes | Raw", wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}`` (inside the
+    v2 wrapper's ``Value``), or None when ``raw`` is not of that form."""
+    try:
+        obj = _OBJ_DECODE(raw)
+        if wrapper:
+            if list(obj) != ["Key", "Value", "Topic"]:
+                return None
+            obj = _OBJ_DECODE(obj["Value"])
+        outer = tuple(obj)
+        if "payload" not in obj or not _PAYLOAD_KEYS.issuperset(outer) or bytes(obj["payload"])[:1] != b"{":
+            return None
+        return tuple(_OBJ_DECODE(obj["payload"])), outer
+    except Exception:
+        return None
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Matched:
     """Bodies that matched one learned layout.
 
     ``idx``: their positions in the bodies matched; ``keys``: the layout's keys, in order;
+    ``schema``: in a ``{"schema", "payload"}`` frame, each body's raw ``schema`` (None: a frame
+    without it, or no such key); ``frame`` and ``envelope``: where the layout sat and the envelope
+    option (set by the pass that matched them);
     ``values``: the raw value of each key taken out (all, or the ones the caller reads, see
     match_layouts), one per body; ``key`` and ``topic``: the v2 wrapper's Key (raw) and Topic
     (decoded), None without a wrapper; ``parsed`` and ``getters``: the Structs the bodies decoded
@@ -199,6 +232,9 @@ class Matched:
     values: dict[str, list[Raw]]
     key: list[Raw] | None = None
     topic: list[str] | None = None
+    schema: list[Raw] | None = None
+    frame: "Frame | None" = None
+    envelope: str = "auto"
     parsed: list[Any] | None = None
     getters: dict[str, Callable[[Any], Raw]] = dataclasses.field(default_factory=dict)
     ascii: np.ndarray | None = None
@@ -245,8 +281,10 @@ class Matched:
         rest = [k for k in self.keys if k not in self.built and k not in covered]
         if self.key is not None and "" not in self.built:
             rest.append("")
+        if self.schema is not None:
+            rest.append("\0schema")
         for name in rest:
-            raws = self.raws(name)
+            raws = self.schema if name == "\0schema" else self.raws(name)
             if raws is None:
                 continue
             texts = raws if rows is None else [raws[i] for i in rows.tolist()]
@@ -321,25 +359,32 @@ Wanted = "tuple[str, ...] | frozenset[str] | None"
 
 def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
                   wanted: "Wanted | Callable[[tuple[str, ...]], Wanted]" = None,
-                  stats: "tuple[int, int | None] | None" = None) -> list[Matched]:  # fmt: skip
+                  stats: "tuple[int, int | None] | None" = None, payload: bool = False) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
     ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
     giving them); the others' values are then not even taken out of the Structs (Matched.raws
     takes them later), when no proof needs them. ``stats``: the total length and (None: not
-    counted) spaces of all ``raws``, when the caller has them."""
+    counted) spaces of all ``raws``, when the caller has them. ``payload``: the layouts are the
+    ``payload`` of ``{"schema": S, "payload": {...}}`` objects (S kept raw, see Matched.schema)."""
     out: list[Matched] = []
     pending = np.arange(len(raws))
-    tried: set[tuple[str, ...]] = set()
-    attempts = 0
-    while len(pending) and attempts < _MAX_LAYOUTS:
-        attempts += 1
-        keys = learn_keys(raws[pending[0]], wrapper)
-        if keys is None or keys in tried or not keys or not accept(keys):
-            pending = pending[1:]
+    tried: set[tuple[tuple[str, ...], tuple[str, ...] | None]] = set()
+    attempts = skipped = 0
+    while len(pending) and attempts < _MAX_LAYOUTS and skipped < _MAX_SKIPS:
+        if payload:
+            learned = learn_payload(raws[pending[0]], wrapper)
+            keys, outer = learned if learned is not None else (None, None)
+        else:
+            keys, outer = learn_keys(raws[pending[0]], wrapper), None
+        simple = keys is not None and all(map(SIMPLE_KEY.match, keys))
+        if not keys or (keys, outer) in tried or not accept(keys) or (payload and not simple):
+            pending = pending[1:]  # (a body of no layout taken: skipped, the next one teaches)
+            skipped += 1
             continue
-        tried.add(keys)
-        layout = layout_of(keys, style, wrapper)
+        attempts += 1
+        tried.add((keys, outer))
+        layout = layout_of(keys, style, wrapper, outer)
         reads = wanted(keys) if callable(wanted) else wanted
         subset = raws if len(pending) == len(raws) else [raws[i] for i in pending.tolist()]
         try:
@@ -354,13 +399,14 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         if not parsed:
             pending = pending[1:]
             continue
-        simple = all(map(SIMPLE_KEY.match, keys))
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
         # path) would make a difference. Compact objects: their encoded length rules it out; spaced
         # ones: _spaceless_equal, unless few keys make the length check airtight (it needs every
         # value's length: cheaper for few keys, not for big objects). Bare rows are rebuilt.
         if simple and not wrapper and style == COMPACT_STYLE:
             proof = "encoded"
+        elif outer is not None:
+            proof = "spaceless"  # (payload frames: keys simple, seen above)
         elif (
             (not layout.by_length or (reads is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
             and simple
@@ -374,6 +420,10 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
         col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
         inner = list(map(GET_VALUE, parsed)) if wrapper else parsed
+        schema = None
+        if outer is not None:
+            schema = list(map(_GET_SCHEMA, inner)) if "schema" in outer else None
+            inner = list(map(_GET_PAYLOAD, inner))
         # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
         getters = dict(zip(keys, layout.inner_getters))
         columns = [list(map(getters[k], inner)) for k in col_keys]
@@ -396,8 +446,9 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
                 inner = list(itertools.compress(inner, keep))
                 key = list(itertools.compress(key, keep)) if key is not None else None
                 topic = list(itertools.compress(topic, keep)) if topic is not None else None
+                schema = list(itertools.compress(schema, keep)) if schema is not None else None
             out.append(Matched(idx=got[ok], keys=keys, values=dict(zip(col_keys, columns)), key=key, topic=topic,
-                               parsed=inner, getters=getters))  # fmt: skip
+                               schema=schema, parsed=inner, getters=getters))  # fmt: skip
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
@@ -524,6 +575,40 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
     return ok, fields
 
 
+def schema_names(g: Matched) -> tuple[np.ndarray, list[str | None]]:
+    """(ok mask, name) of each body's ``schema`` in a ``{"schema", "payload"}`` frame, read exactly
+    as the general path reads it (envelopes/families/schema_payload.py): an object must parse (no
+    repeated key), and its ``name``, when a JSON string, is the name; ok False where that fails.
+    Bodies of one table share one schema text: each distinct text is read once."""
+    from .envelopes.common import parse_object, string_field
+
+    m = len(g.idx)
+    if g.schema is None:
+        return np.ones(m, dtype=bool), [None] * m
+    seen: dict[int, list[tuple[Raw, bool, str | None]]] = {}
+    ok = np.ones(m, dtype=bool)
+    names: list[str | None] = []
+    for i, text in enumerate(g.schema):
+        same = seen.setdefault(len(text), [])
+        for known, fine, name in same:
+            if known == text:
+                break
+        else:
+            fine, name = True, None
+            raw = bytes(text)
+            if raw[:1] == b"{":
+                try:
+                    schema = parse_object(raw, "`schema`")
+                    if schema.get("name", b"")[:1] == b'"':
+                        name = string_field(schema, "name", "`schema.`")
+                except Exception:  # (Bad, or a decode error the general path also meets)
+                    fine = False
+            same.append((text, fine, name))
+        ok[i] = fine
+        names.append(name)
+    return ok, names
+
+
 def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     """commit_time from HLC strings: ``updated`` when present, else ``mvcc_timestamp``.
 
@@ -595,18 +680,28 @@ def row_columns(m: int, envelope: str, src: Col, src_obj: np.ndarray, *, op: pa.
 class Frame:
     """Where a family's learned layouts sit in a body and how its producer spaces them: the ``Value``
     of CockroachDB's v2 Pub/Sub wrapper with the encoder's ``", "``/``": "`` (:data:`V2_CRDB`), or the
-    whole body, compact (:data:`COMPACT`, Debezium's JSON converter)."""
+    whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with ``payload``, the layout is
+    the ``payload`` of ``{"schema": S, "payload": {...}}`` there (:data:`V2_SCHEMA`: the enriched
+    envelope with ``enriched_properties=schema``; :data:`COMPACT_SCHEMA`: Debezium with schemas on,
+    TiCDC with or without them)."""
 
     wrapper: bool
     style: tuple[bytes, bytes]
+    payload: bool = False
 
     def likely(self, first: bytes) -> int:
-        """1 when ``first`` has this frame's outer shape (the v2 wrapper's start, or not), else 0."""
-        return int(first.startswith(b'{"Key":') == self.wrapper)
+        """1 when ``first`` has this frame's outer shape, else 0."""
+        if first.startswith(b'{"Key":') != self.wrapper:
+            return 0
+        if self.wrapper:
+            return int((b',"Value":{"payload": ' in first) == self.payload)
+        return int(first.startswith((b'{"schema":', b'{"payload":')) == self.payload)
 
 
 V2_CRDB = Frame(wrapper=True, style=CRDB_STYLE)
+V2_SCHEMA = Frame(wrapper=True, style=CRDB_STYLE, payload=True)
 COMPACT = Frame(wrapper=False, style=COMPACT_STYLE)
+COMPACT_SCHEMA = Frame(wrapper=False, style=COMPACT_STYLE, payload=True)
 
 Build = Callable[[Matched, list[bytes]], tuple[np.ndarray, dict[str, pa.Array]]]
 Quick = Callable[[list[bytes], Accept], "Matched | None"]
@@ -616,26 +711,40 @@ Quick = Callable[[list[bytes], Accept], "Matched | None"]
 class LearnedFast:
     """A family's learned-layout fast path (a :class:`~.envelopes.registry.FastPath`).
 
-    ``envelopes``: the ``envelope`` option values it runs under; ``frame``: where its layouts sit;
+    ``envelopes``: the ``envelope`` option values it runs under; ``frames``: where its layouts sit;
     ``accept(keys)``: the layouts it takes (no two families of a frame take the same keys);
     ``reads``: the keys whose values ``build`` reads (None: all), the only ones taken out early;
     ``build(group, bodies)``: (ok mask, output columns) for the bodies of one matched layout, ok
-    where the values hold what the general path requires of them; ``quick(bodies, accept)``: a
-    cheaper proof of the whole batch, tried first (None when the batch is not of one such layout).
+    where the values hold what the general path requires of them (``group.frame`` and
+    ``group.envelope`` say where and under which option); ``quick(bodies, accept)``: a cheaper
+    proof of the whole batch in its first frame, tried first (None when the batch is not of one
+    such layout).
     """
 
     envelopes: tuple[str, ...]
-    frame: Frame
+    frames: tuple[Frame, ...]
     accept: Accept
     build: Build
     reads: frozenset[str] | None = None
     quick: Quick | None = None
 
     def likely(self, first: bytes) -> int:
-        return self.frame.likely(first)
+        return max(frame.likely(first) for frame in self.frames)
 
     def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
-        return _run_frame(self.frame, (self,), bodies)
+        parts: list[Part] = []
+        remaining = np.arange(len(bodies))
+        for frame in sorted(self.frames, key=lambda f: -f.likely(bodies[0])) if bodies else ():
+            subset = bodies if len(remaining) == len(bodies) else [bodies[i] for i in remaining.tolist()]
+            found = _run_frame(frame, (self,), subset, envelope)
+            taken = np.zeros(len(remaining), dtype=bool)
+            for idx, cols in found:
+                taken[idx] = True
+                parts.append((remaining[idx], cols))
+            remaining = remaining[~taken]
+            if not len(remaining):
+                break
+        return parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -650,7 +759,7 @@ class _FramePass:
         return self.frame.likely(first)
 
     def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
-        return _run_frame(self.frame, self.paths, bodies)
+        return _run_frame(self.frame, self.paths, bodies, envelope)
 
 
 def merged(paths: Iterable[FastPath]) -> list[FastPath]:
@@ -660,16 +769,18 @@ def merged(paths: Iterable[FastPath]) -> list[FastPath]:
     for path in paths:
         if not isinstance(path, LearnedFast):
             out.append(path)
-        elif path.frame in at:
-            group = out[at[path.frame]]
-            out[at[path.frame]] = _FramePass(path.frame, group.paths + (path,))
-        else:
-            at[path.frame] = len(out)
-            out.append(_FramePass(path.frame, (path,)))
+            continue
+        for frame in path.frames:
+            if frame in at:
+                group = out[at[frame]]
+                out[at[frame]] = _FramePass(frame, group.paths + (path,))
+            else:
+                at[frame] = len(out)
+                out.append(_FramePass(frame, (path,)))
     return out
 
 
-def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]) -> list[Part]:
+def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], envelope: str) -> list[Part]:
     """The bodies of ``frame``'s learned layouts the ``paths`` take: [(positions, columns)]."""
 
     def accept(keys: tuple[str, ...]) -> bool:
@@ -688,6 +799,8 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
     parts: list[Part] = []
     for g in groups:
         g.ascii = ascii[g.idx]
+        g.frame = frame
+        g.envelope = envelope
         build = next(p.build for p in paths if p.accept(g.keys))
         ok, cols = build(g, [bodies[i] for i in g.idx.tolist()])
         if not ok.any():
@@ -704,15 +817,16 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
 def _match_part(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], accept: Accept,
                 reads: Callable[[tuple[str, ...]], frozenset[str] | None]) -> list[Matched]:  # fmt: skip
     """The layouts of ``bodies`` (a family's quick proof first, then the learned layouts)."""
-    quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None), None)
+    quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None and p.frames[0] == frame), None)
     if quick is None:
-        return match_layouts(bodies, frame.style, frame.wrapper, accept, reads)
+        return match_layouts(bodies, frame.style, frame.wrapper, accept, reads, payload=frame.payload)
     groups = [quick]
     rest = np.ones(len(bodies), dtype=bool)
     rest[quick.idx] = False
     rest_idx = np.flatnonzero(rest)
     if len(rest_idx):
-        for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept, reads):
+        for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept, reads,
+                               payload=frame.payload):  # fmt: skip
             g.idx = rest_idx[g.idx]
             groups.append(g)
     return groups

@@ -78,3 +78,48 @@ def test_invalid_utf8_anywhere_falls_back() -> None:
     ]
     batch = assert_same([body] + variants + [body])
     assert batch.column("kind").to_pylist()[1] == "malformed" and batch.column("kind").to_pylist()[5] == "row"
+
+
+SCHEMA = '{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":false,"name":"srv.public.t.Envelope"}'
+
+
+def test_events_with_a_schema_block_take_the_fast_path_and_match() -> None:
+    body = bench_decode.make_bodies(4, seed=13, envelope="debezium")
+    framed = [('{"schema":' + SCHEMA + ',"payload":' + b.decode() + "}").encode() for b in body]
+    ticdc = [('{"payload":' + b.decode() + ',"schema":' + SCHEMA + "}").encode() for b in body]
+    alone = [('{"payload":' + b.decode() + "}").encode() for b in body]
+    for bodies in (framed, ticdc, alone):
+        assert fast_count(bodies) == len(bodies) and fast_count(bodies, "debezium") == len(bodies)
+        assert_same(bodies)
+        assert_same(bodies, envelope="debezium")
+        assert_same(bodies, envelope="enriched")
+
+
+def test_schema_block_variants_fall_back_exactly() -> None:
+    event = bench_decode.make_bodies(3, seed=14, envelope="debezium")[1].decode()
+
+    def framed(schema: str, payload: str = event) -> bytes:
+        return ('{"schema":' + schema + ',"payload":' + payload + "}").encode()
+
+    variants = [
+        framed(SCHEMA),
+        framed(SCHEMA.replace('"optional":false,"name"', '"optional":false,"optional":true,"name"')),  # repeated key
+        framed(SCHEMA.replace('"srv.public.t.Envelope"', '"cockroachdb.envelope"')),  # enriched's name
+        framed(SCHEMA.replace('"srv.public.t.Envelope"', '"cockroachdb.envelop\\u0065"')),  # ... escaped
+        framed(SCHEMA.replace('"srv.public.t.Envelope"', "7")),  # a name that is no string: the origin decides
+        framed(SCHEMA.replace('"name":"srv.public.t.Envelope"', '"title":"x"')),
+        framed("null"),
+        framed("[1, 2]"),
+        framed('{"name":"x"}', event.replace('"connector":"postgresql"', '"origin":"cockroachdb","connector":"postgresql"')),
+        framed("null", event.replace('"connector":"postgresql"', '"origin":"cockroachdb","connector":"postgresql"')),
+        framed(SCHEMA, event.replace('"op":"u"', '"op":"u","op":"u"')),  # repeated inside the payload
+        framed(SCHEMA).replace(b'{"schema":', b'{"schema":' + SCHEMA.encode() + b',"schema":', 1),  # repeated schema
+        framed(SCHEMA).replace(b',"payload":', b', "payload":', 1),  # whitespace
+        b'{"schema":null,"payload":null}',
+        framed(SCHEMA),
+    ]
+    for envelope in ("auto", "debezium", "enriched"):
+        batch = assert_same(variants * 2, envelope=envelope)
+    kinds = assert_same(variants).column("kind").to_pylist()
+    assert kinds[0] == kinds[-1] == "row" and kinds[1] == "malformed" and kinds[-2] == "tombstone"
+    assert fast_count(variants) >= 4

@@ -88,3 +88,46 @@ def test_invalid_utf8_anywhere_falls_back() -> None:
     assert all(v != body for v in variants)
     batch = assert_same([body] + variants + [body])
     assert batch.column("kind").to_pylist()[1:3] == ["malformed", "malformed"]
+
+
+def _with_schema(body: bytes, name: str = '"cockroachdb.envelope"', key: str | None = None) -> bytes:
+    """An enriched body of make_bodies with enriched_properties=schema (schema blocks abridged)."""
+    head, value_topic = body.split(b',"Value":', 1)
+    value, topic = value_topic.rsplit(b',"Topic":', 1)
+    schema = '{"fields": [{"field": "op", "optional": false, "type": "string"}], "name": ' + name + ', "type": "struct"}'
+    key_text = key if key is not None else head[len(b'{"Key":'):].decode()
+    key_obj = '{"payload": ' + key_text + ', "schema": {"name": "k", "type": "struct"}}'
+    return ('{"Key":' + key_obj + ',"Value":{"payload": ' + value.decode() + ', "schema": ' + schema + '},"Topic":'
+            + topic.decode()).encode()
+
+
+def test_values_with_a_schema_block_take_the_fast_path_and_match() -> None:
+    bodies = [_with_schema(b) for b in bench_decode.make_bodies(6, seed=15, envelope="enriched")]
+    assert fast_count(bodies) == len(bodies) and fast_count(bodies, "enriched") == len(bodies)
+    batch = assert_same(bodies)
+    assert batch.column("key").to_pylist()[0].startswith('{"city": ')
+    assert_same(bodies, envelope="enriched")
+    assert_same(bodies, envelope="debezium")
+
+
+def test_schema_block_variants_fall_back_exactly() -> None:
+    body = bench_decode.make_bodies(3, seed=16, envelope="enriched")[1]
+    variants = [
+        _with_schema(body),
+        _with_schema(body, '"other.envelope"'),  # another name: Debezium under auto, malformed
+        _with_schema(body, '"cockroachdb.envelop\\u0065"'),
+        _with_schema(body, "null"),  # no name: the payload decides (enriched)
+        _with_schema(body, key="null"),
+        _with_schema(body, key="[1, 2]"),
+        _with_schema(body, key="7"),  # a key payload must be an array, an object or null
+        _with_schema(body, key='"k"'),
+        _with_schema(body).replace(b'"name": "cockroachdb.envelope"', b'"name": "x", "name": "cockroachdb.envelope"'),
+        _with_schema(body).replace(b'{"Key":{"payload": ', b'{"Key":{"payload": 1, "payload": ', 1),
+        _with_schema(body).replace(b'"Value":{"payload": ', b'"Value":{"payload":', 1),
+        _with_schema(body),
+    ]
+    for envelope in ("auto", "enriched", "debezium"):
+        assert_same(variants * 2, envelope=envelope)
+    kinds = assert_same(variants).column("kind").to_pylist()
+    assert kinds[0] == kinds[-1] == "row" and kinds[8] == "malformed"
+    assert fast_count(variants) >= 5

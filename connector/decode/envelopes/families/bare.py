@@ -243,5 +243,5 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
 
 FAMILY = Family(
     order=20, names=("bare",), claims=_claims, decode=_decode,
-    fast=LearnedFast(envelopes=("auto", "bare"), frame=V2_CRDB, accept=_accept, build=_fast_rows, quick=_bare_quick),
+    fast=LearnedFast(envelopes=("auto", "bare"), frames=(V2_CRDB,), accept=_accept, build=_fast_rows, quick=_bare_quick),
 )  # fmt: skip

@@ -1,8 +1,9 @@
 """``envelope=debezium``: Debezium change events (PostgreSQL, TiCDC, ...), their transaction
 metadata events, schema-change (DDL) events, logical messages, TiCDC watermarks and tombstones.
 
-The fast path takes change events as Debezium's JSON converter writes them with schemas disabled
-(compact), whole batches at a time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
+The fast path takes change events as Debezium's JSON converter writes them (compact), with schemas
+off or on (``{"schema": ..., "payload": ...}``, also TiCDC's ``{"payload": ...}``), whole batches at a
+time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START
-from ...fast_learned import COMPACT, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
-from ...fast_learned import image, micros_array, nested, row_columns
+from ...fast_learned import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
+from ...fast_learned import image, micros_array, nested, row_columns, schema_names
 from ...hlc import MAX_MICROS
 from ..common import Bad, Context, Row, convert, int_field, object_or_null, op_from_images, parse_object
 from ..common import string_field
@@ -152,7 +153,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == OBJ_START)
     src_ok, sf = nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, COMPACT_STYLE,
-                        lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"), src)  # fmt: skip
+                        lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms", "origin"), src)  # fmt: skip
     bad |= src_obj & ~src_ok
     table_col = sf["table"]
     table_str = table_col.present & (table_col.first == ord('"'))
@@ -160,6 +161,17 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad |= table_str & ~plain
     table = pc.if_else(pa.array(table_str & plain), table_col.unquoted(), NULL_STR)
     table = pc.if_else(pc.equal(table, ""), NULL_STR, table)
+    if g.frame is not None and g.frame.payload:
+        # {"schema": S, "payload": <this>}: S must read (no repeated key); under envelope=auto the
+        # general path calls the payload enriched when S is named "cockroachdb.envelope", or when S
+        # has no name and the source's origin is "cockroachdb".
+        sok, names = schema_names(g)
+        bad |= ~sok
+        if g.envelope == "auto":
+            origin = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
+            named = np.fromiter((n is not None for n in names), dtype=bool, count=m)
+            crdb = np.fromiter((n == "cockroachdb.envelope" for n in names), dtype=bool, count=m)
+            bad |= crdb | (~named & src_obj & origin)
 
     # commit_time exactly as the general path: TiCDC commit_ts, else source ts_us / ts_ms, else ts_ms
     # when the source has no time at all.
@@ -196,5 +208,6 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
 
 FAMILY = Family(
     order=70, names=("debezium",), claims=_claims, decode=_decode,
-    fast=LearnedFast(envelopes=("auto", "debezium"), frame=COMPACT, accept=_accept, build=_fast_rows, reads=_READS),
+    fast=LearnedFast(envelopes=("auto", "debezium"), frames=(COMPACT, COMPACT_SCHEMA), accept=_accept,
+                     build=_fast_rows, reads=_READS),
 )  # fmt: skip

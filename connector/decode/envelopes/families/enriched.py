@@ -1,7 +1,8 @@
 """``envelope=enriched``: ``op``, ``after``/``before``, ``source`` and ``ts_ns`` at the top level.
 
-The fast path takes enriched values in the v2 Pub/Sub wrapper (``enriched_properties`` without
-``schema``), whole batches at a time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
+The fast path takes enriched values in the v2 Pub/Sub wrapper, with or without ``enriched_properties=
+schema`` (``{"payload": ..., "schema": ...}``), whole batches at a time (learned layouts, see
+:mod:`crdb_pubsub.decode.fast_learned`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START
-from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, LearnedFast, Matched
-from ...fast_learned import commit_from_hlc, image, micros_array, nested, row_columns, table_names
+from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, V2_SCHEMA, LearnedFast, Matched
+from ...fast_learned import commit_from_hlc, image, micros_array, nested, row_columns, schema_names, table_names
 from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
 from ..common import Bad, Context, Row, fill_images_and_meta, hlc_field, int_field, object_or_null, parse_object
 from ..common import short, string_field
@@ -80,6 +81,8 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 
 _FAST_KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns"))
 _OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"'])
+_KEY_SCHEMA = {"payload", "schema"}
+_SCHEMA_NAME = "cockroachdb.envelope"
 
 
 def _accept(keys: tuple[str, ...]) -> bool:
@@ -91,12 +94,29 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     m = len(g.idx)
     value = {k: g.col(k, m) for k in _FAST_KEYS}
     key = g.col("", m)
+    key_out = key.arr
     bad = ~((key.first == ARR_START) | (key.first == OBJ_START))
     key_objects = key.first == OBJ_START
     if key_objects.any():
-        # A Key object is parsed by the general path (duplicates, {payload, schema}): prove it plain.
-        kok, _ = nested(g.key, key_objects, CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, (), key)
+        # A Key object is parsed by the general path (no repeated key); {payload, schema} (with
+        # enriched_properties=schema) gives its payload (an array, an object or null) as the key.
+        kok, _ = nested(g.key, key_objects, CRDB_STYLE, lambda keys: set(keys) != _KEY_SCHEMA, (), key)
+        with_schema = key_objects & ~kok
+        if with_schema.any():
+            sok, kf = nested(g.key, with_schema, CRDB_STYLE, lambda keys: set(keys) == _KEY_SCHEMA, ("payload",))
+            payload = kf["payload"]
+            sok &= payload.present & payload.starts(b"[{n")
+            key_out = pc.if_else(pa.array(with_schema & sok & ~payload.is_null()), payload.arr, key.arr)
+            key_out = pc.if_else(pa.array(with_schema & payload.is_null()), NULL_STR, key_out)
+            kok |= with_schema & sok
         bad |= key_objects & ~kok
+    if g.frame is not None and g.frame.payload:
+        # {"payload": <this>, "schema": S}: S must read (no repeated key), and under envelope=auto
+        # a schema named otherwise than CockroachDB's makes the general path call it Debezium.
+        sok, names = schema_names(g)
+        bad |= ~sok
+        if g.envelope == "auto":
+            bad |= np.fromiter((n is not None and n != _SCHEMA_NAME for n in names), dtype=bool, count=m)
     op = value["op"]
     bad |= ~pc.is_in(op.arr, value_set=_OP_TEXT).to_numpy(zero_copy_only=False)
     after_ok, _, after = image(value["after"])
@@ -130,11 +150,11 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     topic = pa.array(g.topic, pa.string())
     table = pc.coalesce(table, table_names(topic))
     cols = row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
-                       commit=commit, topic=topic, key=key.arr, updated=updated, mvcc=mvcc)
+                       commit=commit, topic=topic, key=key_out, updated=updated, mvcc=mvcc)
     return ~bad, cols
 
 
 FAMILY = Family(
     order=60, names=("enriched",), claims=_claims, decode=_decode,
-    fast=LearnedFast(envelopes=("auto", "enriched"), frame=V2_CRDB, accept=_accept, build=_fast_rows),
+    fast=LearnedFast(envelopes=("auto", "enriched"), frames=(V2_CRDB, V2_SCHEMA), accept=_accept, build=_fast_rows),
 )  # fmt: skip
