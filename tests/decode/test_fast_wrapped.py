@@ -61,3 +61,28 @@ def test_own_benchmark_bodies_take_the_fast_path() -> None:
     bodies = bench_decode.make_bodies(200, seed=4, envelope="wrapped")
     assert fast_count(bodies) == 200 and fast_count(bodies, "wrapped") == 200 and fast_count(bodies, "bare") == 0
     assert_same(bodies)
+
+
+def test_the_legacy_sink_layout_takes_the_fast_path_and_matches() -> None:
+    """The sink before v25.2: Go's json.Marshal, lowercase and compact throughout."""
+    legacy = [
+        b'{"key":[1],"value":{"after":{"a":1,"b":"x"}},"topic":"t"}',
+        b'{"key":["k",2],"value":{"after":null,"before":{"a":1},"updated":"1.0000000002"},"topic":"db.public.t"}',
+        b'{"key":[1],"value":{"after":{"a":1},"before":null,"mvcc_timestamp":"5.0000000000","updated":"6.0000000001"},"topic":"t"}',
+    ]
+    variants = legacy + [
+        b'{"key":[1],"value":{"after": {"a":1}},"topic":"t"}',  # a space: not the legacy layout
+        b'{"key":[1],"value":{"after":{"a":1},"after":null},"topic":"t"}',
+        b'{"key":[1],"value":{"after":{"a":1}},"topic":"t\\u003c"}',  # Go escapes <>&: falls back, same result
+        b'{"key":[1],"value":{"after":{"a":1}},"topic":"t","topic":"u"}',
+        b'{"key":{"a":1},"value":{"after":{"a":1}},"topic":"t"}',
+        b'{"value":{"after":{"a":1}},"topic":"t"}',
+        b'{"key":[1],"value":{"after":{"a":1},"updated":"12"},"topic":"t"}',
+        b'{"key":[1],"value":{"after":{"a":"\xff"}},"topic":"t"}',
+    ]
+    assert fast_count(legacy) == len(legacy) and fast_count(legacy, "wrapped") == len(legacy)
+    for envelope in ("auto", "wrapped", "bare", "row"):
+        assert_same(variants * 2, envelope=envelope)
+    mixed = bench_decode.make_bodies(20, seed=4, envelope="wrapped") + legacy
+    assert fast_count(mixed) == len(mixed)
+    assert_same(mixed, row_schema="a BIGINT, b STRING, city STRING")

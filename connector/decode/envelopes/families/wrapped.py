@@ -2,7 +2,8 @@
 ``updated`` and ``mvcc_timestamp`` as the changefeed's options add them.
 
 The fast path takes CockroachDB's canonical Pub/Sub v2 wrapped bodies:
-``{"Key":[...],"Value":{"after": {...}, "updated": "..."},"Topic":"t"}``. Each body is decoded by
+``{"Key":[...],"Value":{"after": {...}, "updated": "..."},"Topic":"t"}``, and those of the sink before
+v25.2, compact and lowercase: ``{"key":[...],"value":{"after":{...}},"topic":"t"}``. Each body is decoded by
 msgspec into a Struct whose sub-objects stay ``msgspec.Raw``; the layout is then proven with
 arithmetic on whole columns (body length == sum of the parts + fixed punctuation, which also rules
 out duplicate or unknown keys and any whitespace variation), and the Arrow columns are built in bulk
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -62,7 +64,24 @@ class _FWrap(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     Topic: str
 
 
+# The sink before v25.2 (changefeed.new_pubsub_sink_enabled=false): Go's json.Marshal, lowercase and
+# compact throughout, {"key":K,"value":{"after":...},"topic":"t"}; same field names in Python.
+class _FLegacyValue(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    after: Raw
+    before: Raw | UnsetType = UNSET
+    mvcc_timestamp: str | UnsetType = UNSET
+    updated: str | UnsetType = UNSET
+
+
+class _FLegacy(msgspec.Struct, forbid_unknown_fields=True, gc=False,
+               rename={"Key": "key", "Value": "value", "Topic": "topic"}):  # fmt: skip
+    Key: Raw
+    Value: _FLegacyValue
+    Topic: str
+
+
 _FAST_DECODE = msgspec.json.Decoder(_FWrap).decode
+_LEGACY_DECODE = msgspec.json.Decoder(_FLegacy).decode
 _GET_AFTER, _GET_BEFORE, _GET_MVCC, _GET_UPDATED = (
     operator.attrgetter(a) for a in ("after", "before", "mvcc_timestamp", "updated")
 )
@@ -74,13 +93,23 @@ _OPTIONAL_FIXED = {
     "mvcc_timestamp": len(b', "mvcc_timestamp": "') + 1,
     "updated": len(b', "updated": "') + 1,
 }
+# The legacy layout has the same wrapper lengths ("key" for "Key") and no spaces in its value: one
+# byte less after "after", two less before each optional field. Compact, its length check is exact.
+_LEGACY_LESS = 1
+_LEGACY_LESS_OPTIONAL = 2
 
 
-def _try_fast(body: bytes) -> _FWrap | None:
+def _try_fast(body: bytes) -> "_FWrap | _FLegacy | None":
     try:
         return _FAST_DECODE(body)
     except Exception:  # anything unusual is the general path's business
-        return None
+        pass
+    if body.startswith(b'{"key":'):
+        try:
+            return _LEGACY_DECODE(body)
+        except Exception:
+            pass
+    return None
 
 
 def _optional_lengths(values: list[Raw | str | UnsetType], fixed: int) -> tuple[np.ndarray | int, np.ndarray | None]:
@@ -91,9 +120,20 @@ def _optional_lengths(values: list[Raw | str | UnsetType], fixed: int) -> tuple[
         return 0, np.zeros(n, dtype=bool)
     if absent == 0:
         return np.fromiter(map(len, values), dtype=np.int64, count=n) + fixed, None
-    present = np.fromiter((v is not UNSET for v in values), dtype=bool, count=n)
-    lengths = np.fromiter((len(v) + fixed if v is not UNSET else 0 for v in values), dtype=np.int64, count=n)
+    present = _present(values)
+    lengths = np.zeros(n, dtype=np.int64)
+    lengths[present] = np.fromiter(map(len, itertools.compress(values, present.tolist())), dtype=np.int64,
+                                   count=n - absent) + fixed  # fmt: skip
     return lengths, present
+
+
+def _present(values: list[Any]) -> np.ndarray:
+    """Mask of the ``values`` that are not UNSET."""
+    n = len(values)
+    absent = values.count(UNSET)
+    if absent in (0, n):
+        return np.full(n, absent == 0)
+    return np.fromiter(map(operator.is_not, values, itertools.repeat(UNSET)), dtype=bool, count=n)
 
 
 def _before_column(raws: list[Raw | UnsetType], m: int) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
@@ -161,6 +201,7 @@ def _wrapped_columns(m: int, topics: list[str], key_arr: pa.Array, after_arr: pa
 def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
     n = len(bodies)
+    legacy_count = 0
     try:
         parsed = [_FAST_DECODE(b) for b in bodies]
         idx = np.arange(n)
@@ -170,6 +211,7 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
         idx = np.flatnonzero(np.array(keep, dtype=bool))
         parsed = list(itertools.compress(parsed, keep))
         bodies = list(itertools.compress(bodies, keep))
+        legacy_count = sum(map(isinstance, parsed, itertools.repeat(_FLegacy)))
     if not parsed:
         return idx, {}
 
@@ -182,12 +224,19 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
         "mvcc_timestamp": list(map(_GET_MVCC, values)),
         "updated": list(map(_GET_UPDATED, values)),
     }
-    del values, parsed
+    del values
     m = len(idx)
     lengths = {name: np.fromiter(map(len, cols[name]), dtype=np.int64, count=m) for name in ("key", "topic", "after")}
     expected = lengths["key"] + lengths["topic"] + lengths["after"] + (_WRAP_FIXED + _VALUE_FIXED)
     for name, fixed in _OPTIONAL_FIXED.items():
         expected += _optional_lengths(cols[name], fixed)[0]
+    if legacy_count:
+        is_legacy = np.fromiter(map(isinstance, parsed, itertools.repeat(_FLegacy)), dtype=bool, count=m)
+        less = np.full(m, _LEGACY_LESS, dtype=np.int64)
+        for name in _OPTIONAL_FIXED:
+            less += _LEGACY_LESS_OPTIONAL * _present(cols[name])
+        expected -= np.where(is_legacy, less, 0)
+    del parsed
     good = np.fromiter(map(len, bodies), dtype=np.int64, count=m) == expected
 
     while True:
