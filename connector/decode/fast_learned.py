@@ -3,9 +3,9 @@ defined in its family's module): learning a body layout from the batch itself, p
 that have it, and building output columns from raw JSON text in bulk. What a fast path cannot prove
 is left to the general path.
 
-A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame`, which layouts it takes
+A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame` s, which layouts it takes
 and how it builds its rows); the decoder runs the learned fast paths of one frame as one pass over
-the batch (:func:`merged`).
+the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`_by_topic`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import Raw
 
-from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, OBJ_START, const, first_bytes, hlc_micros_array
+from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, const, first_bytes, hlc_micros_array
 from .columns import raw_column, utf8_bad
 from .envelopes.common import table_from_topic
 from .hlc import HLC_TEXT
@@ -47,9 +47,11 @@ Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
 # them: no duplicate (which the general path rejects), no whitespace or escape variant, so the
 # fields the general path would read are these values. Anything else goes to the general path.
 # Cheaper proofs stand in for the rebuild where they are airtight: the canonical length (few keys,
-# _Layout.by_length), the spaceless length against msgspec's compact re-encoding where values are
-# only read by key (_spaceless_equal), and for bare rows, which are cut from the body, the
-# ``msgspec.json.format`` fixed point of the whole ``Value`` (_bare_quick).
+# _Layout.by_length), the length of msgspec's compact re-encoding for compact objects
+# (_encoded_equal), the spaceless length against it where values are only read by key
+# (_spaceless_equal), and for bare rows, which are cut from the body, the ``msgspec.json.format``
+# fixed point of the whole ``Value`` (bare's quick proof). UTF-8 is checked on the values taken out
+# (Matched.utf8_bad), and not at all for bodies that are ASCII.
 
 CRDB_STYLE = (b", ", b": ")
 COMPACT_STYLE = (b",", b":")

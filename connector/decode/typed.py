@@ -443,7 +443,8 @@ def struct_column(images: Any, schema: T.StructType, arrow_type: Any) -> tuple[A
     return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=mask), bad
 
 
-def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, pc) -> tuple[Any, Any]:
+def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np: Any, pa: Any,
+                 pc: Any) -> tuple[Any, Any]:  # fmt: skip
     m = len(values)
     if values.count(_MISSING) == m:  # no row has this column: all null (NOT NULL: all to the general path)
         return pa.nulls(m, arrow_type), np.full(m, not field.nullable)

@@ -119,7 +119,7 @@ def test_schema_block_variants_fall_back_exactly() -> None:
         framed(SCHEMA),
     ]
     for envelope in ("auto", "debezium", "enriched"):
-        batch = assert_same(variants * 2, envelope=envelope)
+        assert_same(variants * 2, envelope=envelope)
     kinds = assert_same(variants).column("kind").to_pylist()
     assert kinds[0] == kinds[-1] == "row" and kinds[1] == "malformed" and kinds[-2] == "tombstone"
     assert fast_count(variants) >= 4
