@@ -15,7 +15,7 @@ import functools
 import itertools
 import operator
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 import numpy as np
@@ -23,13 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import Raw
 
-from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, const, first_bytes, hlc_micros_array
+from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, Part, const, first_bytes, hlc_micros_array
 from .columns import raw_column, utf8_bad
-from .envelopes.common import table_from_topic
 from .hlc import HLC_TEXT
-
-if TYPE_CHECKING:
-    from .envelopes.registry import FastPath, Part
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
 Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
@@ -577,38 +573,26 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
     return ok, fields
 
 
-def schema_names(g: Matched) -> tuple[np.ndarray, list[str | None]]:
-    """(ok mask, name) of each body's ``schema`` in a ``{"schema", "payload"}`` frame, read exactly
-    as the general path reads it (envelopes/families/schema_payload.py): an object must parse (no
-    repeated key), and its ``name``, when a JSON string, is the name; ok False where that fails.
-    Bodies of one table share one schema text: each distinct text is read once."""
-    from .envelopes.common import parse_object, string_field
-
-    m = len(g.idx)
-    if g.schema is None:
-        return np.ones(m, dtype=bool), [None] * m
-    seen: dict[int, list[tuple[Raw, bool, str | None]]] = {}
-    ok = np.ones(m, dtype=bool)
-    names: list[str | None] = []
-    for i, text in enumerate(g.schema):
+def per_distinct(texts: Sequence[Raw], read: Callable[[bytes], Any]) -> tuple[np.ndarray, list[Any]]:
+    """(ok mask, ``read(text)``) for each of ``texts``, read once per distinct text (the schema blocks
+    of one table's messages are one text); ok False where ``read`` raised."""
+    seen: dict[int, list[tuple[Raw, bool, Any]]] = {}
+    ok = np.ones(len(texts), dtype=bool)
+    out: list[Any] = []
+    for i, text in enumerate(texts):
         same = seen.setdefault(len(text), [])
-        for known, fine, name in same:
+        for known, fine, value in same:
             if known == text:
                 break
         else:
-            fine, name = True, None
-            raw = bytes(text)
-            if raw[:1] == b"{":
-                try:
-                    schema = parse_object(raw, "`schema`")
-                    if schema.get("name", b"")[:1] == b'"':
-                        name = string_field(schema, "name", "`schema.`")
-                except Exception:  # (Bad, or a decode error the general path also meets)
-                    fine = False
-            same.append((text, fine, name))
+            try:
+                fine, value = True, read(bytes(text))
+            except Exception:  # (Bad, or a decode error the general path meets as well)
+                fine, value = False, None
+            same.append((text, fine, value))
         ok[i] = fine
-        names.append(name)
-    return ok, names
+        out.append(value)
+    return ok, out
 
 
 def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
@@ -629,13 +613,6 @@ def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
 def micros_array(values: np.ndarray, valid: np.ndarray) -> pa.Array:
     """commit_time from int64 microseconds, null where not ``valid``."""
     return pa.array(values, pa.int64(), mask=~valid).cast(pa.timestamp("us", tz="UTC"))
-
-
-def table_names(topic: pa.Array) -> pa.Array:
-    """table_from_topic over a column, once per distinct topic (as the wrapped fast path does)."""
-    encoded = pc.dictionary_encode(topic)
-    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
-    return tables.take(encoded.indices)
 
 
 def image(col: Col) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -764,8 +741,9 @@ class _FramePass:
         return _run_frame(self.frame, self.paths, bodies, envelope)
 
 
-def merged(paths: Iterable[FastPath]) -> list[FastPath]:
-    """``paths`` with the learned fast paths of each frame merged into one pass, at the first one's place."""
+def merged(paths: Iterable[Any]) -> list[Any]:
+    """``paths`` (registry.FastPath hooks) with the learned fast paths of each frame merged into one
+    pass, at the first one's place."""
     out: list[Any] = []
     at: dict[Frame, int] = {}
     for path in paths:

@@ -12,17 +12,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
+from ..columns import Part
 from . import families
 from .common import Bad, Context, Row
 
-if TYPE_CHECKING:
-    import numpy as np
-    import pyarrow as pa
-
 Value = dict[str, bytes]
-Part = tuple["np.ndarray", "dict[str, pa.Array]"]  # (positions in the bodies given, their output columns)
 
 
 class FastPath(Protocol):

@@ -14,11 +14,12 @@ import pyarrow as pa
 from msgspec import Raw
 
 from ...columns import ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, OBJ_START, OFFSET_LIMIT, TooLarge, const, raw_column
+from ...columns import table_names
 from ...fast_learned import CRDB_STYLE, ENCODE, SIMPLE_KEY, V2_CRDB, Accept, LearnedFast, Matched
-from ...fast_learned import commit_from_hlc, decode_or_none, interleave, layout_of, learn_keys, nested, table_names
+from ...fast_learned import commit_from_hlc, decode_or_none, interleave, layout_of, learn_keys, nested
 from ...hlc import HLC_QUOTED
 from ..common import Bad, Context, Row, convert, hlc_field, key_text, kind_of, parse_object, string_field
-from ..common import with_commit_time
+from ..common import table_from_topic, with_commit_time
 from ..registry import Family
 from .resolved import resolved_row
 
@@ -227,7 +228,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
         "kind": const("row", m),
         "envelope": const("bare", m),
         "topic": topic,
-        "table_name": table_names(topic),
+        "table_name": table_names(topic, table_from_topic),
         "key": key.arr,
         "op": const("u", m),
         "before": pa.nulls(m, pa.string()),
@@ -243,5 +244,6 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
 
 FAMILY = Family(
     order=20, names=("bare",), claims=_claims, decode=_decode,
-    fast=LearnedFast(envelopes=("auto", "bare"), frames=(V2_CRDB,), accept=_accept, build=_fast_rows, quick=_bare_quick),
+    fast=LearnedFast(envelopes=("auto", "bare"), frames=(V2_CRDB,), accept=_accept, build=_fast_rows,
+                     quick=_bare_quick),
 )  # fmt: skip

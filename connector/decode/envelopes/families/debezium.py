@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 
 from ...columns import OBJ_START
 from ...fast_learned import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
-from ...fast_learned import image, micros_array, nested, row_columns, schema_names
+from ...fast_learned import image, micros_array, nested, per_distinct, row_columns
 from ...hlc import MAX_MICROS
 from ..common import Bad, Context, Row, convert, int_field, object_or_null, op_from_images, parse_object
-from ..common import string_field
+from ..common import schema_name, string_field
 from ..registry import Family
 
 _OPS = frozenset(("c", "u", "d", "r", "t", "m"))
@@ -165,7 +165,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
         # {"schema": S, "payload": <this>}: S must read (no repeated key); under envelope=auto the
         # general path calls the payload enriched when S is named "cockroachdb.envelope", or when S
         # has no name and the source's origin is "cockroachdb".
-        sok, names = schema_names(g)
+        sok, names = (np.ones(m, dtype=bool), [None] * m) if g.schema is None else per_distinct(g.schema, schema_name)
         bad |= ~sok
         if g.envelope == "auto":
             origin = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...columns import ARR_START, OBJ_START
+from ...columns import ARR_START, OBJ_START, table_names
 from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, V2_SCHEMA, LearnedFast, Matched
-from ...fast_learned import commit_from_hlc, image, micros_array, nested, row_columns, schema_names, table_names
+from ...fast_learned import commit_from_hlc, image, micros_array, nested, per_distinct, row_columns
 from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
 from ..common import Bad, Context, Row, fill_images_and_meta, hlc_field, int_field, object_or_null, parse_object
-from ..common import short, string_field
+from ..common import schema_name, short, string_field, table_from_topic
 from ..registry import Family
 
 _KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns", "updated", "mvcc_timestamp", "topic"))
@@ -113,7 +113,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     if g.frame is not None and g.frame.payload:
         # {"payload": <this>, "schema": S}: S must read (no repeated key), and under envelope=auto
         # a schema named otherwise than CockroachDB's makes the general path call it Debezium.
-        sok, names = schema_names(g)
+        sok, names = (np.ones(m, dtype=bool), [None] * m) if g.schema is None else per_distinct(g.schema, schema_name)
         bad |= ~sok
         if g.envelope == "auto":
             bad |= np.fromiter((n is not None and n != _SCHEMA_NAME for n in names), dtype=bool, count=m)
@@ -125,8 +125,9 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     src = value["source"]
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == OBJ_START)
+    names = ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns")
     src_ok, sf = nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, CRDB_STYLE,
-                        lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"), src)  # fmt: skip
+                        lambda keys: True, names, src)  # fmt: skip
     bad |= src_obj & ~src_ok
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
@@ -148,7 +149,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     table = sf["table_name"].unquoted()
     table = pc.if_else(pc.equal(table, ""), NULL_STR, table)
     topic = pa.array(g.topic, pa.string())
-    table = pc.coalesce(table, table_names(topic))
+    table = pc.coalesce(table, table_names(topic, table_from_topic))
     cols = row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
                        commit=commit, topic=topic, key=key_out, updated=updated, mvcc=mvcc)
     return ~bad, cols

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from msgspec import UNSET, Raw, UnsetType
 
 from ...columns import ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, OBJ_START, const, first_bytes
-from ...columns import hlc_micros_array, raw_column, utf8_bad
+from ...columns import hlc_micros_array, raw_column, table_names, utf8_bad
 from ...hlc import HLC_TEXT
 from ..common import Context, Row, fill_images_and_meta, op_from_images, table_from_topic, with_commit_time
 from ..registry import BatchFast, Family, Part
@@ -174,9 +174,7 @@ def _wrapped_columns(m: int, topics: list[str], key_arr: pa.Array, after_arr: pa
         m, after_arr.buffers()[1], after_arr.buffers()[2], pa.py_buffer(np.packbits(~after_null, bitorder="little"))
     )
     topic = pa.array(topics, pa.string())
-    encoded = pc.dictionary_encode(topic)
-    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
-    table_name = tables.take(encoded.indices)
+    table_name = table_names(topic, table_from_topic)
     commit = hlc_micros_array(pc.fill_null(hlc["updated"], "0.0000000000"))
     commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
     if hlc["mvcc_timestamp"].null_count < m:
