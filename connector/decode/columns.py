@@ -4,6 +4,7 @@ bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps."
 from __future__ import annotations
 
 import operator
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,8 @@ OBJ_START, ARR_START, NULL_START = ord("{"), ord("["), ord("n")
 GET_KEY, GET_VALUE, GET_TOPIC = (operator.attrgetter(a) for a in ("Key", "Value", "Topic"))
 
 OFFSET_LIMIT = 2**31 - 1
+
+Part = tuple[np.ndarray, dict[str, pa.Array]]  # a fast path's result: (positions in its bodies, output columns)
 
 
 class TooLarge(ValueError):
@@ -63,19 +66,30 @@ def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
-def utf8_bad(arr: pa.Array, raws: list) -> np.ndarray | None:
-    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure."""
+def utf8_bad(arr: pa.Array, raws: list | None = None) -> np.ndarray | None:
+    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure
+    (from ``raws``, the values' texts, or else from the array's own buffers)."""
     try:
         arr.validate(full=True)
         return None
     except pa.ArrowInvalid:
+        if raws is None:
+            raws = arr.view(pa.binary()).to_pylist()
         bad = np.zeros(len(raws), dtype=bool)
         for i, raw in enumerate(raws):
             try:
-                bytes(raw).decode("utf-8")
+                if raw is not None:
+                    bytes(raw).decode("utf-8")
             except UnicodeDecodeError:
                 bad[i] = True
         return bad
+
+
+def table_names(topic: pa.Array, name_of: Callable[[str | None], str | None]) -> pa.Array:
+    """``name_of`` (the table a topic names) over a column, once per distinct topic."""
+    encoded = pc.dictionary_encode(topic)
+    tables = pa.array([name_of(t) for t in encoded.dictionary.to_pylist()], pa.string())
+    return tables.take(encoded.indices)
 
 
 def hlc_micros_array(arr: pa.Array) -> pa.Array:

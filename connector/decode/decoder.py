@@ -5,11 +5,12 @@ shipped there, and users can call it on bodies they fetched themselves.
 
 Three kinds of path, one result:
 
-* the **wrapped fast path** (:mod:`.fast_wrapped`) for the canonical bytes of CockroachDB's Pub/Sub
-  v2 sink with the wrapped envelope, proven with arithmetic on whole columns;
-* the **learned-layout fast paths** (:mod:`.fast_learned`) for bare, enriched and Debezium bodies,
-  whose keys are learned from the batch itself, and typed rows (``row_schema``), whose struct
-  columns are built column by column (:func:`crdb_pubsub.decode.typed.struct_column`);
+* the envelope families' **fast paths** (``Family.fast`` in :mod:`.envelopes.registry`, each in its
+  family's module), whole batches at a time: the wrapped one proves CockroachDB's canonical Pub/Sub
+  v2 bytes with arithmetic on whole columns; bare, enriched and Debezium bodies are matched against
+  layouts learned from the batch itself (shared machinery in :mod:`.fast_learned`); typed rows
+  (``row_schema``) of their results are built column by column
+  (:func:`crdb_pubsub.decode.typed.struct_column`);
 * the **general path** (:mod:`.envelopes`), message by message, for whatever a fast path could not
   prove: it handles every envelope and every oddity and produces malformed rows with a reason.
 
@@ -28,9 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .envelopes import Bad, Context, Row, decode_body
-from .fast_learned import learned_paths
-from .fast_wrapped import wrapped_path
+from .envelopes import Bad, Context, Row, decode_body, registry
+from .fast_learned import merged
 from .inference import schema_from_enriched
 from .schema import COLUMN_NAMES, arrow_schema
 from .vocabulary import ENVELOPES, MODES
@@ -282,50 +282,34 @@ def _metadata(n: int, message_ids: Any, publish_times: Any, attributes: Any, ord
 
 
 
-# -- choosing the fast paths -----------------------------------------------------------------------
+# -- the fast paths --------------------------------------------------------------------------------
 
-_FAST_PATHS = True  # tests switch this off to compare with the general path alone
-_FAST_ENVELOPES = ("auto", "wrapped", "bare", "enriched", "debezium")
 _FILL = ("resolved", "source", "error")
 
 
-def _looks_wrapped(body: bytes) -> bool:
-    return body.startswith(b'{"Key":') and b',"Value":{"after": ' in body and b'"op": ' not in body
-
-
-def _wrapped_part(bodies: list[bytes], rows: np.ndarray) -> list[tuple[np.ndarray, dict[str, pa.Array]]]:
-    subset = bodies if len(rows) == len(bodies) else [bodies[i] for i in rows.tolist()]
-    idx, cols = wrapped_path(subset)
-    return [(rows[idx], cols)] if len(idx) else []
-
-
 def _fast_parts(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray, dict[str, pa.Array]]]:
-    """Every fast path that applies, most likely first; each takes what the previous ones left."""
+    """The families' fast paths that run under ``envelope``, the most likely first (judged by the
+    first body), each on what the previous ones left: [(message indices, columns)]."""
+    paths = merged(f.fast for f in registry.FAMILIES if f.fast is not None and envelope in f.fast.envelopes)
+    if not paths or not bodies:
+        return []
+    first = bodies[0]
+    paths.sort(key=lambda path: -path.likely(first))
     n = len(bodies)
-    steps = []
-    if envelope in ("auto", "wrapped"):
-        steps.append("wrapped")
-    if envelope != "wrapped":
-        steps.append("learned")
-    if len(steps) == 2 and not _looks_wrapped(bodies[0]):
-        steps.reverse()
     parts: list[tuple[np.ndarray, dict[str, pa.Array]]] = []
     remaining = np.arange(n)
-    for step in steps:
+    for path in paths:
         if not len(remaining):
             break
-        if step == "wrapped":
-            found = _wrapped_part(bodies, remaining)
-        else:
-            subset = bodies if len(remaining) == n else [bodies[i] for i in remaining.tolist()]
-            found = [(remaining[idx], cols) for idx, cols in learned_paths(subset, envelope)]
+        subset = bodies if len(remaining) == n else [bodies[i] for i in remaining.tolist()]
         taken = np.zeros(n, dtype=bool)
-        for idx, cols in found:
-            taken[idx] = True
-            m = len(idx)
+        for idx, cols in path.run(subset, envelope):
+            rows = remaining[idx]
+            taken[rows] = True
+            m = len(rows)
             for name in _FILL:
                 cols.setdefault(name, pa.nulls(m, pa.string()))
-            parts.append((idx.astype(np.int64), cols))
+            parts.append((rows.astype(np.int64), cols))
         remaining = remaining[~taken[remaining]]
     return parts
 
@@ -505,7 +489,7 @@ def decode_messages(
     ctx = Context(envelope, convert, csv_convert)
 
     parts: list[tuple[np.ndarray, dict[str, pa.Array]]] = []
-    if n and _FAST_PATHS and envelope in _FAST_ENVELOPES:
+    if n:
         parts = _fast_parts(body_list, envelope)
         if typed and parts:
             parts = _typed_parts(parts, struct, schema)

@@ -1,6 +1,12 @@
-"""Fast paths for bare, enriched (both in the v2 wrapper) and Debezium bodies, whose objects' keys
-are learned from the batch itself (see "learned layouts" below). What they cannot prove is left to
-the general path."""
+"""The shared machinery of the learned-layout fast paths (bare, enriched and Debezium bodies, each
+defined in its family's module): learning a body layout from the batch itself, proving the bodies
+that have it, and building output columns from raw JSON text in bulk. What a fast path cannot prove
+is left to the general path.
+
+A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame` s, which layouts it takes
+and how it builds its rows); the decoder runs the learned fast paths of one frame as one pass over
+the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`_by_topic`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import functools
 import itertools
 import operator
 import re
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 import numpy as np
@@ -17,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import Raw
 
-from .columns import (
-    ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, OBJ_START, OFFSET_LIMIT, TooLarge, const, first_bytes,
-    hlc_micros_array, raw_column, utf8_bad,
-)
-from .envelopes import table_from_topic
-from .hlc import HLC_QUOTED, HLC_TEXT, MAX_MICROS
+from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, Part, const, first_bytes, hlc_micros_array
+from .columns import raw_column, utf8_bad
+from .hlc import HLC_TEXT
+
+Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
+Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
 
 
 # -- learned layouts: bare, enriched and Debezium bodies -----------------------------------------
@@ -37,22 +43,27 @@ from .hlc import HLC_QUOTED, HLC_TEXT, MAX_MICROS
 # them: no duplicate (which the general path rejects), no whitespace or escape variant, so the
 # fields the general path would read are these values. Anything else goes to the general path.
 # Cheaper proofs stand in for the rebuild where they are airtight: the canonical length (few keys,
-# _Layout.by_length), the spaceless length against msgspec's compact re-encoding where values are
-# only read by key (_spaceless_equal), and for bare rows, which are cut from the body, the
-# ``msgspec.json.format`` fixed point of the whole ``Value`` (_bare_quick).
+# _Layout.by_length), the length of msgspec's compact re-encoding for compact objects
+# (_encoded_equal), the spaceless length against it where values are only read by key
+# (_spaceless_equal), and for bare rows, which are cut from the body, the ``msgspec.json.format``
+# fixed point of the whole ``Value`` (bare's quick proof). UTF-8 is checked on the values taken out
+# (Matched.utf8_bad), and not at all for bodies that are ASCII.
 
-_CRDB_STYLE = (b", ", b": ")
-_COMPACT_STYLE = (b",", b":")
-_MAX_LAYOUTS = 4
+CRDB_STYLE = (b", ", b": ")
+COMPACT_STYLE = (b",", b":")
+_MAX_LAYOUTS = 4  # layouts learned and tried on the pending bodies, at most
+_MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: one small decode each)
+_GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 
 
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
+    __slots__ = ("keys", "wrapper", "outer", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
 
-    def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> None:
+    def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
+                 outer: tuple[str, ...] | None = None) -> None:  # fmt: skip
         sep, colon = style
         # When may the byte-for-byte rebuild be skipped for a length check? A body that decodes
         # into this Struct holds only these keys, each at least once (values: the last occurrence).
@@ -67,7 +78,7 @@ class _Layout:
         smallest = min((len(msgspec.json.encode(k)) + 3 for k in keys), default=0)
         if wrapper:
             smallest = min(smallest, len(b'"Key":1,'))
-        self.by_length = smallest > spaces and "__crdb__" not in keys
+        self.by_length = smallest > spaces and "__crdb__" not in keys and outer is None
         # Otherwise, when the values are only read by key (not bare), _spaceless_equal proves that
         # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
         names = [f"f{i}" for i in range(len(keys))]
@@ -78,12 +89,18 @@ class _Layout:
         prefixes = [(b"{" if i == 0 else sep) + e + colon for i, e in enumerate(encoded)]
         self.keys = keys
         self.wrapper = wrapper
+        self.outer = outer
         self.inner_getters = [operator.attrgetter(n) for n in names]
+        if outer is not None:  # {"schema": S, "payload": <this layout>} (S: any JSON), in ``outer``'s order
+            inner = msgspec.defstruct(
+                "_LearnedPayload", [(k, inner if k == "payload" else Raw) for k in outer], forbid_unknown_fields=True,
+                gc=False,
+            )  # fmt: skip
         if wrapper:
-            outer = msgspec.defstruct(
+            wrap = msgspec.defstruct(
                 "_LearnedWrap", [("Key", Raw), ("Value", inner), ("Topic", str)], forbid_unknown_fields=True, gc=False
             )
-            self.decode = msgspec.json.Decoder(outer).decode
+            self.decode = msgspec.json.Decoder(wrap).decode
             self.getters = (
                 [operator.attrgetter("Key")] + [operator.attrgetter("Value." + n) for n in names]
                 + [operator.attrgetter("Topic")]
@@ -97,18 +114,19 @@ class _Layout:
 
 
 @functools.lru_cache(maxsize=256)
-def _layout(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool) -> _Layout:
-    return _Layout(keys, style, wrapper)
+def layout_of(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
+              outer: tuple[str, ...] | None = None) -> _Layout:  # fmt: skip
+    return _Layout(keys, style, wrapper, outer)
 
 
-def _decode_or_none(decode: Any, body: Any) -> Any:
+def decode_or_none(decode: Callable[[Any], Any], body: "bytes | Raw") -> Any:
     try:
         return decode(body)
     except Exception:  # not this layout: the next one, or the general path
         return None
 
 
-def _interleave(prefixes: list[bytes], columns: list[list], end: bytes, m: int) -> bytes:
+def interleave(prefixes: list[bytes], columns: list[Texts], end: bytes, m: int) -> bytes:
     """``prefixes[0] col0[i] prefixes[1] col1[i] ... end`` for every i, as one byte string."""
     stride = 2 * len(columns)
     pieces: list = [b""] * (stride * m)
@@ -120,7 +138,7 @@ def _interleave(prefixes: list[bytes], columns: list[list], end: bytes, m: int) 
     return b"".join(pieces) + (end if m else b"")
 
 
-def _same_length(raws: list, prefixes: list[bytes], columns: list[list], end: bytes) -> np.ndarray:
+def _same_length(raws: Texts, prefixes: list[bytes], columns: list[Texts], end: bytes) -> np.ndarray:
     """Mask of the ``raws`` as long as their canonical rebuild (see _Layout.by_length)."""
     m = len(raws)
     want = np.full(m, sum(map(len, prefixes)) + len(end), dtype=np.int64)
@@ -129,7 +147,7 @@ def _same_length(raws: list, prefixes: list[bytes], columns: list[list], end: by
     return np.fromiter(map(len, raws), dtype=np.int64, count=m) == want
 
 
-def _rebuilt_equal(raws: list, prefixes: list[bytes], columns: list[list], end: bytes) -> np.ndarray:
+def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: list[Texts], end: bytes) -> np.ndarray:
     """Mask of the ``raws`` that equal their rebuild from ``columns`` (byte for byte)."""
     m = len(raws)
     const = sum(map(len, prefixes)) + len(end)
@@ -146,7 +164,7 @@ def _rebuilt_equal(raws: list, prefixes: list[bytes], columns: list[list], end: 
                 list(itertools.compress(raws, keep)), prefixes, [list(itertools.compress(c, keep)) for c in columns], end
             )
         return ok
-    rebuilt = _interleave(prefixes, columns, end, m)
+    rebuilt = interleave(prefixes, columns, end, m)
     actual = b"".join(raws)
     if rebuilt == actual:
         return ok
@@ -159,7 +177,8 @@ def _rebuilt_equal(raws: list, prefixes: list[bytes], columns: list[list], end: 
 _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
 
 
-def _learn_keys(raw: Any, wrapper: bool) -> tuple[str, ...] | None:
+def learn_keys(raw: "bytes | Raw", wrapper: bool) -> tuple[str, ...] | None:
+    """The keys of the object ``raw`` (of its ``Value`` inside the v2 wrapper), or None."""
     try:
         obj = _OBJ_DECODE(raw)
         if wrapper:
@@ -171,36 +190,119 @@ def _learn_keys(raw: Any, wrapper: bool) -> tuple[str, ...] | None:
     return tuple(obj)
 
 
-@dataclasses.dataclass(slots=True)
-class _Matched:
-    """Bodies that matched one learned layout: their positions, values by key, wrapper Key/Topic,
-    and the raw-text columns already built while proving them (by key; "" is the wrapper Key)."""
+_PAYLOAD_KEYS = frozenset(("payload", "schema"))
+
+
+def learn_payload(raw: "bytes | Raw", wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}`` (inside the
+    v2 wrapper's ``Value``), or None when ``raw`` is not of that form."""
+    try:
+        obj = _OBJ_DECODE(raw)
+        if wrapper:
+            if list(obj) != ["Key", "Value", "Topic"]:
+                return None
+            obj = _OBJ_DECODE(obj["Value"])
+        outer = tuple(obj)
+        if "payload" not in obj or not _PAYLOAD_KEYS.issuperset(outer) or bytes(obj["payload"])[:1] != b"{":
+            return None
+        return tuple(_OBJ_DECODE(obj["payload"])), outer
+    except Exception:
+        return None
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Matched:
+    """Bodies that matched one learned layout.
+
+    ``idx``: their positions in the bodies matched; ``keys``: the layout's keys, in order;
+    ``schema``: in a ``{"schema", "payload"}`` frame, each body's raw ``schema`` (None: a frame
+    without it, or no such key); ``frame`` and ``envelope``: where the layout sat and the envelope
+    option (set by the pass that matched them);
+    ``values``: the raw value of each key taken out (all, or the ones the caller reads, see
+    match_layouts), one per body; ``key`` and ``topic``: the v2 wrapper's Key (raw) and Topic
+    (decoded), None without a wrapper; ``parsed`` and ``getters``: the Structs the bodies decoded
+    into and a getter per key, to take out other values later; ``ascii``: which bodies are ASCII
+    (None: not known); ``after``: row images already cut from the bodies (bare, see its quick
+    path); ``built``: the columns built so far (by key, "" for the wrapper Key, see col)."""
 
     idx: np.ndarray
     keys: tuple[str, ...]
-    values: dict[str, list]
-    key: list | None
-    topic: list | None
-    arrays: dict[str, pa.Array]
-    after: pa.Array | None = None  # bare rows already cut (see _bare_quick)
+    values: dict[str, list[Raw]]
+    key: list[Raw] | None = None
+    topic: list[str] | None = None
+    schema: list[Raw] | None = None
+    frame: "Frame | None" = None
+    envelope: str = "auto"
+    parsed: list[Any] | None = None
+    getters: dict[str, Callable[[Any], Raw]] = dataclasses.field(default_factory=dict)
+    ascii: np.ndarray | None = None
+    after: pa.Array | None = None
+    built: dict[str, "Col"] = dataclasses.field(default_factory=dict)
 
-    def col(self, name: str, m: int) -> "_Col":
+    def raws(self, name: str) -> list[Raw] | None:
+        """The raw values of key ``name`` ("" for the wrapper Key), None when the layout has none."""
+        if name == "":
+            return self.key
+        found = self.values.get(name)
+        if found is None and name in self.getters and self.parsed is not None:
+            found = self.values[name] = list(map(self.getters[name], self.parsed))
+        return found
+
+    def col(self, name: str, m: int) -> "Col":
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
-        arr = self.arrays.get(name)
-        if arr is not None:
-            return _Col.of(arr)
-        return _Col(self.key if name == "" else self.values.get(name), m)
+        col = self.built.get(name)
+        if col is None:
+            col = self.built[name] = Col(self.raws(name), m)
+        return col
+
+    def utf8_bad(self, covered: Iterable[str] = (), arrays: Sequence[pa.Array] = ()) -> np.ndarray:
+        """Mask of the bodies that are not valid UTF-8 (the general path refuses them first).
+
+        Outside its values, a body proven to have this layout is keys and punctuation, valid text;
+        so the values decide: those of the columns built, the ``arrays`` (which hold the values of
+        the keys ``covered``), and every other value of the layout, taken out here. Nothing is
+        checked when all the bodies are ASCII."""
+        m = len(self.idx)
+        bad = np.zeros(m, dtype=bool)
+        if self.ascii is not None and self.ascii.all():
+            return bad
+        for col in self.built.values():
+            if col.present.any():
+                found = utf8_bad(col.arr, None)
+                if found is not None:
+                    bad |= found
+        for arr in arrays:
+            found = utf8_bad(arr, None)
+            if found is not None:
+                bad |= found
+        rows = None if self.ascii is None or not self.ascii.any() else np.flatnonzero(~self.ascii)
+        rest = [k for k in self.keys if k not in self.built and k not in covered]
+        if self.key is not None and "" not in self.built:
+            rest.append("")
+        if self.schema is not None:
+            rest.append("\0schema")
+        for name in rest:
+            raws = self.schema if name == "\0schema" else self.raws(name)
+            if raws is None:
+                continue
+            texts = raws if rows is None else [raws[i] for i in rows.tolist()]
+            if b"".join(texts).isascii():  # (numbers, literals, ASCII strings: the common case)
+                continue
+            found = utf8_bad(raw_column(texts)[0], None)
+            if found is not None:
+                bad[slice(None) if rows is None else rows] |= found
+        return bad
 
 
-_SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
+SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
 
 
 _SPACE = ord(" ")
 _COUNT_SPACES = operator.methodcaller("count", b" ")
-_ENCODE = msgspec.json.Encoder().encode
+ENCODE = msgspec.json.Encoder().encode
 
 
-def _spaces(texts: list) -> int:
+def _spaces(texts: Texts) -> int:
     """Spaces in all the ``texts`` (bytes are counted in place; Raw ones, without a count, joined)."""
     if texts and isinstance(texts[0], bytes):
         try:
@@ -210,7 +312,7 @@ def _spaces(texts: list) -> int:
     return int(np.count_nonzero(np.frombuffer(b"".join(texts), dtype=np.uint8) == _SPACE))
 
 
-def _spaceless_len(texts: list) -> np.ndarray:
+def _spaceless_len(texts: Texts) -> np.ndarray:
     m = len(texts)
     texts = [t if isinstance(t, bytes) else bytes(t) for t in texts]
     return np.fromiter(map(len, texts), dtype=np.int64, count=m) - np.fromiter(
@@ -218,7 +320,7 @@ def _spaceless_len(texts: list) -> np.ndarray:
     )
 
 
-def _spaceless_equal(raws: list, parsed: list, stats: tuple[int, int] | None = None) -> np.ndarray:
+def _spaceless_equal(raws: Texts, parsed: list[Any], stats: "tuple[int, int | None] | None" = None) -> np.ndarray:
     """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
 
     ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
@@ -228,41 +330,66 @@ def _spaceless_equal(raws: list, parsed: list, stats: tuple[int, int] | None = N
     no key is escaped and only spaces separate the tokens; as each raw is never shorter, equal totals
     over the batch prove every one (the common case: four bulk counts, no per-message comparison).
     """
-    encoded = list(map(_ENCODE, parsed))
-    total, spaces = stats if stats is not None else (sum(map(len, raws)), _spaces(raws))
-    have = total - spaces
-    want = sum(map(len, encoded)) - _spaces(encoded)
-    if have == want:
-        return np.ones(len(raws), dtype=bool)
-    return _spaceless_len(raws) == _spaceless_len(encoded)
+    m = len(raws)
+    total, spaces = stats if stats is not None and stats[1] is not None else (sum(map(len, raws)), _spaces(raws))
+    both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
+    if total - spaces == len(both) - (m + 1) - both.count(b" "):
+        return np.ones(m, dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(list(map(ENCODE, parsed)))
 
 
-def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept: Any,
-                   wanted: tuple[str, ...] | None = None,
-                   stats: tuple[int, int] | None = None) -> list[_Matched]:  # fmt: skip
+def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
+    """Mask of the compact ``raws`` exactly as long as the compact encoding of their Structs.
+
+    As in _spaceless_equal, a raw is never shorter than that encoding; when there are no spaces to
+    set aside (the producer writes no whitespace), equal lengths mean no key repeats, no key is
+    escaped and there is no whitespace at all: one length per message, no byte counted."""
+    m = len(raws)
+    want = len(ENCODE(parsed)) - (m + 1)  # one call: "[" e1 "," e2 ... "]"
+    if want == (total if total is not None else sum(map(len, raws))):
+        return np.ones(m, dtype=bool)
+    have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
+    return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+
+
+Wanted = "tuple[str, ...] | frozenset[str] | None"
+
+
+def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
+                  wanted: "Wanted | Callable[[tuple[str, ...]], Wanted]" = None,
+                  stats: "tuple[int, int | None] | None" = None, payload: bool = False) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
-    ``wanted``: the only keys whose values the caller reads (objects inside a value); the others'
-    values are then not even taken out of the Structs, when no rebuild needs them. ``stats``: the
-    total length and spaces of all ``raws``, when the caller has them."""
-    out: list[_Matched] = []
+    ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
+    giving them); the others' values are then not even taken out of the Structs (Matched.raws
+    takes them later), when no proof needs them. ``stats``: the total length and (None: not
+    counted) spaces of all ``raws``, when the caller has them. ``payload``: the layouts are the
+    ``payload`` of ``{"schema": S, "payload": {...}}`` objects (S kept raw, see Matched.schema)."""
+    out: list[Matched] = []
     pending = np.arange(len(raws))
-    tried: set[tuple[str, ...]] = set()
-    attempts = 0
-    while len(pending) and attempts < _MAX_LAYOUTS:
-        attempts += 1
-        keys = _learn_keys(raws[pending[0]], wrapper)
-        if keys is None or keys in tried or not keys or not accept(keys):
-            pending = pending[1:]
+    tried: set[tuple[tuple[str, ...], tuple[str, ...] | None]] = set()
+    attempts = skipped = 0
+    while len(pending) and attempts < _MAX_LAYOUTS and skipped < _MAX_SKIPS:
+        if payload:
+            learned = learn_payload(raws[pending[0]], wrapper)
+            keys, outer = learned if learned is not None else (None, None)
+        else:
+            keys, outer = learn_keys(raws[pending[0]], wrapper), None
+        simple = keys is not None and all(map(SIMPLE_KEY.match, keys))
+        if not keys or (keys, outer) in tried or not accept(keys) or (payload and not simple):
+            pending = pending[1:]  # (a body of no layout taken: skipped, the next one teaches)
+            skipped += 1
             continue
-        tried.add(keys)
-        layout = _layout(keys, style, wrapper)
+        attempts += 1
+        tried.add((keys, outer))
+        layout = layout_of(keys, style, wrapper, outer)
+        reads = wanted(keys) if callable(wanted) else wanted
         subset = raws if len(pending) == len(raws) else [raws[i] for i in pending.tolist()]
         try:
             parsed = list(map(layout.decode, subset))
             got = pending
         except Exception:
-            parsed = [_decode_or_none(layout.decode, b) for b in subset]
+            parsed = [decode_or_none(layout.decode, b) for b in subset]
             keep = [p is not None for p in parsed]
             got = pending[np.array(keep, dtype=bool)]
             parsed = list(itertools.compress(parsed, keep))
@@ -271,38 +398,42 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
             pending = pending[1:]
             continue
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
-        # path) would make a difference, and _spaceless_equal rules it out without a rebuild.
-        # (the length check needs every value's length: cheaper for few keys, not for big objects)
-        spaceless = (
-            (not layout.by_length or (wanted is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
-            and all(map(_SIMPLE_KEY.match, keys))
-        )  # fmt: skip
-        col_keys = keys
-        if spaceless:
+        # path) would make a difference. Compact objects: their encoded length rules it out; spaced
+        # ones: _spaceless_equal, unless few keys make the length check airtight (it needs every
+        # value's length: cheaper for few keys, not for big objects). Bare rows are rebuilt.
+        if simple and not wrapper and style == COMPACT_STYLE:
+            proof = "encoded"
+        elif outer is not None:
+            proof = "spaceless"  # (payload frames: keys simple, seen above)
+        elif (
+            (not layout.by_length or (reads is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
+            and simple
+        ):  # fmt: skip
+            proof = "spaceless"
+        else:
+            proof = "length" if layout.by_length else "rebuild"
+        if proof == "encoded":
+            ok = _encoded_equal(subset, parsed, stats[0] if stats is not None and subset is raws else None)
+        elif proof == "spaceless":
             ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
-        if wrapper:  # a dotted attrgetter per column costs 4x one getter for Value, then plain ones
-            inner = list(map(GET_VALUE, parsed))
-            columns = (
-                [list(map(GET_KEY, parsed))] + [list(map(g, inner)) for g in layout.inner_getters]
-                + [list(map(GET_TOPIC, parsed))]
-            )  # fmt: skip
-            del inner
-        elif spaceless and wanted is not None:
-            col_keys = tuple(k for k in keys if k in wanted)
-            columns = [list(map(layout.getters[keys.index(k)], parsed)) for k in col_keys]
-        else:
-            columns = [list(map(g, parsed)) for g in layout.getters]
-        del parsed
-        arrays: dict[str, pa.Array] = {}
-        if spaceless:
-            pass
-        else:
+        col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
+        inner = list(map(GET_VALUE, parsed)) if wrapper else parsed
+        schema = None
+        if outer is not None:
+            schema = list(map(_GET_SCHEMA, inner)) if "schema" in outer else None
+            inner = list(map(_GET_PAYLOAD, inner))
+        # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
+        getters = dict(zip(keys, layout.inner_getters))
+        columns = [list(map(getters[k], inner)) for k in col_keys]
+        key = list(map(GET_KEY, parsed)) if wrapper else None
+        topic = list(map(GET_TOPIC, parsed)) if wrapper else None
+        if proof in ("length", "rebuild"):
             rebuild = columns
             if wrapper:  # Topic decodes to str; the layout holds its JSON text
-                topics = columns[-1]
-                encoded = {t: msgspec.json.encode(t) for t in set(topics)}
-                rebuild = columns[:-1] + [list(map(encoded.__getitem__, topics))]
-            if layout.by_length:
+                assert key is not None and topic is not None
+                encoded = {t: msgspec.json.encode(t) for t in set(topic)}
+                rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
+            if proof == "length":
                 ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
             else:  # bare rows are rebuilt by the general path: prove them byte for byte
                 ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
@@ -310,12 +441,12 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
             if not ok.all():
                 keep = ok.tolist()
                 columns = [list(itertools.compress(col, keep)) for col in columns]
-                arrays = {k: v.filter(pa.array(ok)) for k, v in arrays.items()}
-            if wrapper:
-                key, columns, topic = columns[0], columns[1:-1], columns[-1]
-            else:
-                key = topic = None
-            out.append(_Matched(got[ok], keys, dict(zip(col_keys, columns)), key, topic, arrays))
+                inner = list(itertools.compress(inner, keep))
+                key = list(itertools.compress(key, keep)) if key is not None else None
+                topic = list(itertools.compress(topic, keep)) if topic is not None else None
+                schema = list(itertools.compress(schema, keep)) if schema is not None else None
+            out.append(Matched(idx=got[ok], keys=keys, values=dict(zip(col_keys, columns)), key=key, topic=topic,
+                               schema=schema, parsed=inner, getters=getters))  # fmt: skip
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
@@ -323,135 +454,19 @@ def _match_layouts(raws: list, style: tuple[bytes, bytes], wrapper: bool, accept
     return out
 
 
-class _BareWrap(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    Key: Raw
-    Value: Raw
-    Topic: str
-
-
-_BARE_WRAP_DECODE = msgspec.json.Decoder(_BareWrap).decode
-_BARE_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":') + len(b"}")
-_BARE_HEAD = b'{"__crdb__": '
-
-
-def _format_spaced(raw: Any) -> bytes:
-    return msgspec.json.format(raw, indent=0)
-
-
-def _same_text(raw: Any, text: bytes) -> bool:
-    return bytes(raw) == text
-
-
-def _bare_quick(raws: list, accept: Any) -> _Matched | None:
-    """Bare bodies in CockroachDB's layout, proven without touching the row's values one by one.
-
-    ``{"Key":K,"Value":V,"Topic":T}`` is decoded with ``V`` kept raw, then ``V`` into the learned
-    Struct of its keys (exactly these keys, each at least once). A body is taken when:
-
-    * its length is the wrapper's punctuation plus ``K``, ``V`` and ``T``'s JSON: no whitespace, no
-      repeated member (one costs at least ``"Key":1,``) and no escaped wrapper key;
-    * ``V`` is a fixed point of ``msgspec.json.format(indent=0)``, whose output has exactly one space
-      after each ``,`` and ``:`` outside strings and no other whitespace, at every depth;
-    * ``len(V)`` is its compact re-encoding (the Struct: canonical keys, the last value of each) plus
-      those spaces at the top level: a repeated member or an escaped key would make ``V`` longer
-      (keys are plain: no quote, backslash, space or control character, so their JSON is shortest);
-    * ``V`` starts with ``{"__crdb__": ``.
-
-    ``V`` is then byte for byte what the general path rebuilds around ``__crdb__``'s value ``M``,
-    and the row is ``V`` from the ``, `` after ``M`` on, that space becoming ``{``.
-    Returns None when the batch is not of one such layout (the learned layouts take it then).
-    """
-    first = _decode_or_none(_BARE_WRAP_DECODE, raws[0]) if raws else None
-    keys = _learn_keys(first.Value, False) if first is not None else None
-    if not keys or keys[0] != "__crdb__" or not _accept_bare(keys) or not accept(keys):
-        return None  # (the layout is learned from the first body: not bare, not this path)
-    idx = np.arange(len(raws))
-    try:
-        parsed = list(map(_BARE_WRAP_DECODE, raws))
-    except Exception:  # some are not {Key, Value, Topic}: the others still may be
-        parsed = [_decode_or_none(_BARE_WRAP_DECODE, b) for b in raws]
-        keep = [p is not None for p in parsed]
-        idx, parsed, raws = idx[np.array(keep, dtype=bool)], list(itertools.compress(parsed, keep)), list(
-            itertools.compress(raws, keep)
-        )
-        if not parsed:
-            return None
-    values = list(map(GET_VALUE, parsed))
-    if not all(map(_SIMPLE_KEY.match, keys)):
-        return None
-    layout = _layout(keys, _CRDB_STYLE, False)
-    try:
-        inner = list(map(layout.decode, values))
-    except Exception:  # other keys in some: keep the ones of this layout
-        inner = [_decode_or_none(layout.decode, v) for v in values]
-        keep = [p is not None for p in inner]
-        idx = idx[np.array(keep, dtype=bool)]
-        inner, parsed, values, raws = (list(itertools.compress(c, keep)) for c in (inner, parsed, values, raws))
-    m = len(raws)
-    key = list(map(GET_KEY, parsed))
-    topic = list(map(GET_TOPIC, parsed))
-    del parsed
-    meta = list(map(layout.getters[0], inner))
-    n_keys = len(keys)
-    v_len = np.fromiter(map(len, values), dtype=np.int64, count=m)
-    k_len = np.fromiter(map(len, key), dtype=np.int64, count=m)
-    t_json = {t: len(msgspec.json.encode(t)) for t in set(topic)}
-    t_len = np.fromiter(map(t_json.__getitem__, topic), dtype=np.int64, count=m)
-    b_len = np.fromiter(map(len, raws), dtype=np.int64, count=m)
-    ok = b_len == _BARE_WRAP_FIXED + k_len + v_len + t_len
-    compact = np.fromiter(map(len, map(_ENCODE, inner)), dtype=np.int64, count=m)
-    del inner
-    ok &= v_len == compact + 2 * n_keys - 1
-    formatted = list(map(_format_spaced, values))
-    v_data = b"".join(values)
-    if b"".join(formatted) != v_data:  # (one comparison when all are; message by message otherwise)
-        ok &= np.fromiter(map(_same_text, values, formatted), dtype=bool, count=m)
-    del formatted
-    if len(v_data) > OFFSET_LIMIT:
-        return None
-    v_start = np.zeros(m, dtype=np.int64)
-    np.cumsum(v_len[:-1], out=v_start[1:])
-    v_bytes = np.frombuffer(v_data, dtype=np.uint8)
-    head = np.frombuffer(_BARE_HEAD, dtype=np.uint8)
-    big = v_len >= len(_BARE_HEAD) + 3
-    ok &= big
-    if big.any():
-        at = v_start[big][:, None] + np.arange(len(_BARE_HEAD))
-        ok[big] &= (v_bytes[at] == head).all(axis=1)
-    if not ok.any():
-        return None
-    m_len = np.fromiter(map(len, meta), dtype=np.int64, count=m)
-    cut = v_start + len(_BARE_HEAD) + m_len + 1  # the space after ``M,``
-    end = v_start + v_len
-    ok &= cut < end - 1
-    if not ok.all():
-        keep = ok.tolist()
-        key, topic, meta = (list(itertools.compress(c, keep)) for c in (key, topic, meta))
-        cut, end = cut[ok], end[ok]
-    k = len(cut)
-    data = v_bytes.copy()
-    data[cut] = OBJ_START
-    offsets = np.empty(2 * k, dtype=np.int32)
-    offsets[0::2] = cut
-    offsets[1::2] = end
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    after = pieces.take(pa.array(np.arange(0, 2 * k, 2))).view(pa.string())
-    return _Matched(idx[ok], keys, {"__crdb__": meta}, key, topic, {}, after)
-
-
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
-_PLAIN_STRING = r'^"[^"\\]*"$'
+PLAIN_STRING = r'^"[^"\\]*"$'
 _INT_ANY = r"^-?[0-9]+$"  # what the general path's _int_field reads as an integer
 _INT_SAFE = r"^(?:-?[0-9]{1,18}|[1-8][0-9]{18})$"  # ... and what surely fits an int64
-_NULL_STR = pa.scalar(None, pa.string())
+NULL_STR = pa.scalar(None, pa.string())
 
 
-class _Col:
+class Col:
     """A column of raw JSON texts (null where the key is absent) with its first bytes."""
 
     __slots__ = ("arr", "first", "present")
 
-    def __init__(self, raws: list | None, m: int) -> None:
+    def __init__(self, raws: Texts | None, m: int) -> None:
         if raws is None:
             self.arr = pa.nulls(m, pa.string())
             self.first = np.zeros(m, dtype=np.uint8)
@@ -462,7 +477,7 @@ class _Col:
             self.present = np.ones(m, dtype=bool)
 
     @classmethod
-    def of(cls, arr: pa.Array) -> "_Col":
+    def of(cls, arr: pa.Array) -> "Col":
         col = cls.__new__(cls)
         col.arr = arr
         m = len(arr)
@@ -475,12 +490,14 @@ class _Col:
             col.first[~col.present] = 0
         return col
 
-    def stats(self) -> tuple[int, int] | None:
-        """(total length, spaces) of the present values' text, when all are present."""
+    def stats(self, spaces: bool) -> tuple[int, int | None] | None:
+        """(total length, spaces if asked) of the present values' text, when all are present."""
         if not self.present.all() or not len(self.arr):
             return None
         arr = self.arr
         offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        if not spaces:
+            return int(offsets[-1] - offsets[0]), None
         data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
         return len(data), int(np.count_nonzero(data == _SPACE))
 
@@ -502,8 +519,9 @@ class _Col:
         return ~self.present | (self.first == NULL_START)
 
     def unquoted(self) -> pa.Array:
-        """The text inside the quotes (for values already proven to be plain JSON strings)."""
-        return pc.utf8_slice_codeunits(self.arr, 1, -1)
+        """The text inside the quotes (for values already proven to be plain JSON strings). Sliced as
+        bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch."""
+        return pc.binary_slice(self.arr.view(pa.binary()), 1, -1).view(pa.string())
 
     def ints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(int64 values, has-an-int mask, not-sure mask) as the general path's _int_field reads them."""
@@ -513,33 +531,33 @@ class _Col:
         is_int = self.matches(_INT_ANY) & self.present
         safe = self.matches(_INT_SAFE) & self.present
         unsure = is_int & ~safe
-        src = pc.if_else(pa.array(safe), self.arr, _NULL_STR) if not safe.all() else self.arr
+        src = pc.if_else(pa.array(safe), self.arr, NULL_STR) if not safe.all() else self.arr
         values = pc.fill_null(pc.cast(src, pa.int64()), 0).to_numpy(zero_copy_only=False)
         return values, safe, unsure
 
 
-def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept: Any,
-            names: tuple[str, ...], col: "_Col | None" = None) -> tuple[np.ndarray, dict[str, _Col]]:  # fmt: skip
+def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept: Accept,
+           names: tuple[str, ...], col: "Col | None" = None) -> tuple[np.ndarray, dict[str, Col]]:  # fmt: skip
     """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields).
 
     ``col``: the same texts as a column already built (its bytes are then counted, not joined again)."""
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
-    stats = col.stats() if col is not None and len(idx) == m else None
-    groups = _match_layouts(sub, style, False, accept, names, stats)
+    stats = col.stats(spaces=style != COMPACT_STYLE) if col is not None and len(idx) == m else None
+    groups = match_layouts(sub, style, False, accept, names, stats)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
     order = []
     for g in groups:
         order.append(idx[g.idx])
         for name in names:
-            vals = g.values.get(name)
+            vals = g.raws(name)
             if vals is None:
                 pieces[name].append(pa.nulls(len(g.idx), pa.string()))
             else:
-                pieces[name].append(g.arrays[name] if name in g.arrays else raw_column(vals)[0])
-    fields: dict[str, _Col] = {}
+                pieces[name].append(raw_column(vals)[0])
+    fields: dict[str, Col] = {}
     if order:
         rows = np.concatenate(order)
         ok[rows] = True
@@ -548,14 +566,36 @@ def _nested(raws: list, present: np.ndarray, style: tuple[bytes, bytes], accept:
         taker = None if len(rows) == m and (pos == np.arange(m)).all() else pa.array(pos, mask=pos < 0)
         for name in names:
             arr = pa.concat_arrays(pieces[name]) if len(pieces[name]) > 1 else pieces[name][0]
-            fields[name] = _Col.of(arr if taker is None else arr.take(taker))
+            fields[name] = Col.of(arr if taker is None else arr.take(taker))
     else:
         for name in names:
-            fields[name] = _Col(None, m)
+            fields[name] = Col(None, m)
     return ok, fields
 
 
-def _commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
+def per_distinct(texts: Sequence[Raw], read: Callable[[bytes], Any]) -> tuple[np.ndarray, list[Any]]:
+    """(ok mask, ``read(text)``) for each of ``texts``, read once per distinct text (the schema blocks
+    of one table's messages are one text); ok False where ``read`` raised."""
+    seen: dict[int, list[tuple[Raw, bool, Any]]] = {}
+    ok = np.ones(len(texts), dtype=bool)
+    out: list[Any] = []
+    for i, text in enumerate(texts):
+        same = seen.setdefault(len(text), [])
+        for known, fine, value in same:
+            if known == text:
+                break
+        else:
+            try:
+                fine, value = True, read(bytes(text))
+            except Exception:  # (Bad, or a decode error the general path meets as well)
+                fine, value = False, None
+            same.append((text, fine, value))
+        ok[i] = fine
+        out.append(value)
+    return ok, out
+
+
+def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     """commit_time from HLC strings: ``updated`` when present, else ``mvcc_timestamp``.
 
     The callers reject the messages whose HLCs are not valid, after this: such a value (``" 1.0"``)
@@ -570,123 +610,31 @@ def _commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     return commit
 
 
-def _micros_array(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+def micros_array(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """commit_time from int64 microseconds, null where not ``valid``."""
     return pa.array(values, pa.int64(), mask=~valid).cast(pa.timestamp("us", tz="UTC"))
 
 
-def _table_names(topic: pa.Array) -> pa.Array:
-    """table_from_topic over a column, once per distinct topic (as the wrapped fast path does)."""
-    encoded = pc.dictionary_encode(topic)
-    tables = pa.array([table_from_topic(t) for t in encoded.dictionary.to_pylist()], pa.string())
-    return tables.take(encoded.indices)
-
-
-def _body_utf8_bad(bodies: list) -> np.ndarray:
-    arr, _, _ = raw_column(bodies)
-    bad = utf8_bad(arr, bodies)
-    return np.zeros(len(bodies), dtype=bool) if bad is None else bad
-
-
-def _image(col: _Col) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+def image(col: Col) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """(ok, null mask, string array) of a row image that must be an object or null."""
     ok = col.starts(b"{n")
     null = col.is_null()
     arr = col.arr
     if null.any():
-        arr = pc.if_else(pa.array(null), _NULL_STR, arr) if col.present.any() else arr
+        arr = pc.if_else(pa.array(null), NULL_STR, arr) if col.present.any() else arr
     return ok, null, arr
 
 
-_BARE_META = frozenset(("key", "mvcc_timestamp", "topic", "updated"))
-_ENRICHED_FAST = frozenset(("after", "before", "key", "op", "source", "ts_ns"))
-_DEBEZIUM_FAST = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
-_ENRICHED_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"'])
-_DEBEZIUM_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"', '"t"'])
 
-
-def _accept_bare(keys: tuple[str, ...]) -> bool:
-    return "__crdb__" in keys and len(keys) > 1
-
-
-def _accept_enriched(keys: tuple[str, ...]) -> bool:
-    return "op" in keys and _ENRICHED_FAST.issuperset(keys)
-
-
-def _accept_debezium(keys: tuple[str, ...]) -> bool:
-    return "op" in keys and "ts_ms" in keys and _DEBEZIUM_FAST.issuperset(keys)
-
-
-def _bare_rows(g: _Matched, bodies: list) -> pa.Array:
-    """The rows of bare bodies proven canonical: CockroachDB's own layout of the columns, exactly
-    what the general path rebuilds. They are in the bodies already: ``{"Key":K,"Value":{"__crdb__":
-    M, <row>},"Topic":T}``, so each row is cut from the joined bodies (the space before ``<row>``
-    becomes its ``{``), without touching its values."""
-    m = len(g.idx)
-    if g.keys[0] != "__crdb__":
-        columns = [k for k in g.keys if k != "__crdb__"]
-        prefixes = [(b"{" if i == 0 else b", ") + msgspec.json.encode(k) + b": " for i, k in enumerate(columns)]
-        values = [g.values[k] for k in columns]
-        return raw_column([_interleave(prefixes, [[v] for v in row], b"}", 1) for row in zip(*values)])[0]
-    body_len = np.fromiter(map(len, bodies), dtype=np.int64, count=m)
-    starts = np.zeros(m, dtype=np.int64)
-    np.cumsum(body_len[:-1], out=starts[1:])
-    key_len = np.fromiter(map(len, g.key), dtype=np.int64, count=m)
-    meta_len = np.fromiter(map(len, g.values["__crdb__"]), dtype=np.int64, count=m)
-    topic_len = {t: len(msgspec.json.encode(t)) for t in set(g.topic)}
-    topic_json = np.fromiter(map(topic_len.__getitem__, g.topic), dtype=np.int64, count=m)
-    space = starts + len(b'{"Key":') + key_len + len(b',"Value":{"__crdb__": ') + meta_len + 1
-    end = starts + body_len - len(b',"Topic":}') - topic_json
-    if int(end[-1]) > OFFSET_LIMIT:
-        raise TooLarge("a string column of this batch exceeds 2 GiB; decode fewer messages per call")
-    data = np.frombuffer(b"".join(bodies), dtype=np.uint8).copy()
-    data[space] = OBJ_START
-    offsets = np.empty(2 * m, dtype=np.int32)
-    offsets[0::2] = space
-    offsets[1::2] = end
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * m - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pieces.take(pa.array(np.arange(0, 2 * m, 2))).view(pa.string())
-
-
-def _bare_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    m = len(g.idx)
-    key = g.col("", m)
-    bad = key.first != ARR_START
-    after = g.after if g.after is not None else _bare_rows(g, bodies)
-    meta_ok, meta = _nested(g.values["__crdb__"], np.ones(m, dtype=bool), _CRDB_STYLE,
-                            _BARE_META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
-    bad |= ~meta_ok
-    bad |= ~meta["key"].starts(b"[{n") | ~meta["topic"].starts(b'"')
-    bad |= ~meta["updated"].matches(HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(HLC_QUOTED)
-    bad |= _body_utf8_bad(bodies)
-    updated = meta["updated"].unquoted()
-    mvcc = meta["mvcc_timestamp"].unquoted()
-    topic = pa.array(g.topic, pa.string())
-    cols = {
-        "kind": const("row", m),
-        "envelope": const("bare", m),
-        "topic": topic,
-        "table_name": _table_names(topic),
-        "key": key.arr,
-        "op": const("u", m),
-        "before": pa.nulls(m, pa.string()),
-        "after": after,
-        "updated": updated,
-        "mvcc_timestamp": mvcc,
-        "commit_time": _commit_from_hlc(updated, mvcc),
-        "source": pa.nulls(m, pa.string()),
-    }
-    return ~bad, cols
-
-
-def _row_columns(m: int, envelope: str, src: "_Col", src_obj: np.ndarray, *, op: pa.Array, before: pa.Array,
-                 after: pa.Array, table: pa.Array, commit: pa.Array, topic: pa.Array | None = None,
-                 key: pa.Array | None = None, updated: pa.Array | None = None,
-                 mvcc: pa.Array | None = None) -> dict[str, pa.Array]:
+def row_columns(m: int, envelope: str, src: Col, src_obj: np.ndarray, *, op: pa.Array, before: pa.Array,
+                after: pa.Array, table: pa.Array, commit: pa.Array, topic: pa.Array | None = None,
+                key: pa.Array | None = None, updated: pa.Array | None = None,
+                mvcc: pa.Array | None = None) -> dict[str, pa.Array]:
     """The columns of ``m`` change rows of one envelope; ``source`` is the block's text where it is
     an object (null where absent or JSON null), what the envelope lacks is null."""
     source = src.arr
     if src.present.any() and not src_obj.all():
-        source = pc.if_else(pa.array(src_obj), source, _NULL_STR)
+        source = pc.if_else(pa.array(src_obj), source, NULL_STR)
     none = pa.nulls(m, pa.string())
     return {
         "kind": const("row", m),
@@ -704,161 +652,196 @@ def _row_columns(m: int, envelope: str, src: "_Col", src_obj: np.ndarray, *, op:
     }
 
 
-def _enriched_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    m = len(g.idx)
-    value = {k: g.col(k, m) for k in _ENRICHED_FAST}
-    key = g.col("", m)
-    bad = ~((key.first == ARR_START) | (key.first == OBJ_START))
-    key_objects = key.first == OBJ_START
-    if key_objects.any():
-        # A Key object is parsed by the general path (duplicates, {payload, schema}): prove it plain.
-        kok, _ = _nested(g.key, key_objects, _CRDB_STYLE, lambda keys: set(keys) != {"payload", "schema"}, (), key)
-        bad |= key_objects & ~kok
-    op = value["op"]
-    bad |= ~pc.is_in(op.arr, value_set=_ENRICHED_OP_TEXT).to_numpy(zero_copy_only=False)
-    after_ok, _, after = _image(value["after"])
-    before_ok, _, before = _image(value["before"])
-    bad |= ~after_ok | ~before_ok | ~value["key"].starts(b"[{n")
-    src = value["source"]
-    bad |= ~src.starts(b"{n")
-    src_obj = src.present & (src.first == OBJ_START)
-    src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _CRDB_STYLE,
-                         lambda keys: True, ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns"), src)  # fmt: skip
-    bad |= src_obj & ~src_ok
-    # With a source object, only origin "cockroachdb" makes the general path call it enriched.
-    origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
-    bad |= src_obj & ~origin_ok
-    bad |= ~sf["table_name"].matches(_PLAIN_STRING) | ~sf["ts_hlc"].matches(HLC_QUOTED)
-    bad |= ~sf["mvcc_timestamp"].matches(HLC_QUOTED)
-    src_ns, src_ns_has, _ = sf["ts_ns"].ints()
-    bad |= sf["ts_ns"].present & ~src_ns_has
-    top_ns, top_ns_has, _ = value["ts_ns"].ints()
-    bad |= value["ts_ns"].present & ~top_ns_has
-    bad |= _body_utf8_bad(bodies)
-
-    updated = sf["ts_hlc"].unquoted()
-    mvcc = sf["mvcc_timestamp"].unquoted()
-    ns = np.where(src_ns_has, src_ns, top_ns)
-    ns_has = src_ns_has | top_ns_has
-    from_ns = _micros_array(ns // 1000, ns_has & (ns >= 0))
-    commit = pc.coalesce(_commit_from_hlc(updated, mvcc), from_ns)
-    table = sf["table_name"].unquoted()
-    table = pc.if_else(pc.equal(table, ""), _NULL_STR, table)
-    topic = pa.array(g.topic, pa.string())
-    table = pc.coalesce(table, _table_names(topic))
-    cols = _row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
-                        commit=commit, topic=topic, key=key.arr, updated=updated, mvcc=mvcc)
-    return ~bad, cols
+# -- a family's learned fast path, and one pass per frame -------------------------------------------
 
 
-def _debezium_part(g: _Matched, bodies: list) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    m = len(g.idx)
-    value = {k: g.col(k, m) for k in _DEBEZIUM_FAST}
-    op = value["op"]
-    bad = ~pc.is_in(op.arr, value_set=_DEBEZIUM_OP_TEXT).to_numpy(zero_copy_only=False)
-    after_ok, _, after = _image(value["after"])
-    before_ok, _, before = _image(value["before"])
-    bad |= ~after_ok | ~before_ok
-    src = value["source"]
-    bad |= ~src.starts(b"{n")
-    src_obj = src.present & (src.first == OBJ_START)
-    src_ok, sf = _nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, _COMPACT_STYLE,
-                         lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms"), src)  # fmt: skip
-    bad |= src_obj & ~src_ok
-    table_col = sf["table"]
-    table_str = table_col.present & (table_col.first == ord('"'))
-    plain = table_col.matches(_PLAIN_STRING)
-    bad |= table_str & ~plain
-    table = pc.if_else(pa.array(table_str & plain), table_col.unquoted(), _NULL_STR)
-    table = pc.if_else(pc.equal(table, ""), _NULL_STR, table)
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """Where a family's learned layouts sit in a body and how its producer spaces them: the ``Value``
+    of CockroachDB's v2 Pub/Sub wrapper with the encoder's ``", "``/``": "`` (:data:`V2_CRDB`), or the
+    whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with ``payload``, the layout is
+    the ``payload`` of ``{"schema": S, "payload": {...}}`` there (:data:`V2_SCHEMA`: the enriched
+    envelope with ``enriched_properties=schema``; :data:`COMPACT_SCHEMA`: Debezium with schemas on,
+    TiCDC with or without them)."""
 
-    # commit_time exactly as the general path: TiCDC commit_ts, else source ts_us / ts_ms, else ts_ms
-    # when the source has no time at all.
-    commit_ts, has_cts, u1 = sf["commit_ts"].ints()
-    us, has_us, u2 = sf["ts_us"].ints()
-    ms, has_ms, u3 = sf["ts_ms"].ints()
-    top_ms, has_top, u4 = value["ts_ms"].ints()
-    bad |= u1 | u2 | u3 | u4
-    micros = np.zeros(m, dtype=np.int64)
-    known = np.zeros(m, dtype=bool)
-    use_cts = has_cts & (commit_ts >= 0)
-    micros = np.where(use_cts, (commit_ts >> 18) * 1000, micros)
-    known |= use_cts
-    rest = ~use_cts
-    use_us = rest & has_us & (us > 0)
-    micros = np.where(use_us, us, micros)
-    known |= use_us
-    rest &= ~use_us
-    ms_fits = ms <= MAX_MICROS // 1000
-    use_ms = rest & has_ms & (ms > 0)
-    micros = np.where(use_ms & ms_fits, ms * np.where(ms_fits, 1000, 0), micros)
-    known |= use_ms & ms_fits
-    rest &= ~use_ms
-    top_fits = top_ms <= MAX_MICROS // 1000
-    # A source that names its time as 0 (a snapshot read) has none: not the processing time.
-    use_top = rest & ~has_us & ~has_ms & has_top & (top_ms >= 0)
-    micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
-    known |= use_top & top_fits
-    bad |= _body_utf8_bad(bodies)
-    cols = _row_columns(m, "debezium", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
-                        commit=_micros_array(micros, known))
-    return ~bad, cols
+    wrapper: bool
+    style: tuple[bytes, bytes]
+    payload: bool = False
+
+    def likely(self, first: bytes) -> int:
+        """1 when ``first`` has this frame's outer shape, else 0."""
+        if first.startswith(b'{"Key":') != self.wrapper:
+            return 0
+        if self.wrapper:
+            return int((b',"Value":{"payload": ' in first) == self.payload)
+        return int(first.startswith((b'{"schema":', b'{"payload":')) == self.payload)
 
 
-def learned_paths(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray, dict[str, pa.Array]]]:
-    """Fast paths for bare and enriched (v2 wrapper) and Debezium bodies: [(indices, columns)]."""
-    parts = []
-    remaining = np.arange(len(bodies))
-    plans = []
-    if envelope in ("auto", "bare", "enriched"):
-        def accept(keys: tuple[str, ...], env: str = envelope) -> bool:
-            if env == "bare":
-                return _accept_bare(keys)
-            if env == "enriched":
-                return _accept_enriched(keys)
-            return _accept_bare(keys) or _accept_enriched(keys)
+V2_CRDB = Frame(wrapper=True, style=CRDB_STYLE)
+V2_SCHEMA = Frame(wrapper=True, style=CRDB_STYLE, payload=True)
+COMPACT = Frame(wrapper=False, style=COMPACT_STYLE)
+COMPACT_SCHEMA = Frame(wrapper=False, style=COMPACT_STYLE, payload=True)
 
-        plans.append((True, _CRDB_STYLE, accept))
-    if envelope in ("auto", "debezium"):
-        plans.append((False, _COMPACT_STYLE, _accept_debezium))
-    first = bodies[0] if bodies else b""
-    if not first.startswith(b'{"Key":'):
-        plans.reverse()
-    for wrapper, style, accept in plans:
-        if not len(remaining):
-            break
-        subset = bodies if len(remaining) == len(bodies) else [bodies[i] for i in remaining.tolist()]
-        taken = np.zeros(len(bodies), dtype=bool)
-        groups = []
-        quick = _bare_quick(subset, accept) if wrapper else None
-        if quick is not None:
-            groups.append(quick)
-            rest = np.ones(len(subset), dtype=bool)
-            rest[quick.idx] = False
-            rest_idx = np.flatnonzero(rest)
-            if len(rest_idx):
-                for g in _match_layouts([subset[i] for i in rest_idx.tolist()], style, wrapper, accept):
-                    g.idx = rest_idx[g.idx]
-                    groups.append(g)
-        else:
-            groups = _match_layouts(subset, style, wrapper, accept)
-        for g in groups:
-            group_bodies = [subset[i] for i in g.idx.tolist()]
-            if not wrapper:
-                build = _debezium_part
-            elif "__crdb__" in g.keys:
-                build = _bare_part
+Build = Callable[[Matched, list[bytes]], tuple[np.ndarray, dict[str, pa.Array]]]
+Quick = Callable[[list[bytes], Accept], "Matched | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedFast:
+    """A family's learned-layout fast path (a :class:`~.envelopes.registry.FastPath`).
+
+    ``envelopes``: the ``envelope`` option values it runs under; ``frames``: where its layouts sit;
+    ``accept(keys)``: the layouts it takes (no two families of a frame take the same keys);
+    ``reads``: the keys whose values ``build`` reads (None: all), the only ones taken out early;
+    ``build(group, bodies)``: (ok mask, output columns) for the bodies of one matched layout, ok
+    where the values hold what the general path requires of them (``group.frame`` and
+    ``group.envelope`` say where and under which option); ``quick(bodies, accept)``: a cheaper
+    proof of the whole batch in its first frame, tried first (None when the batch is not of one
+    such layout).
+    """
+
+    envelopes: tuple[str, ...]
+    frames: tuple[Frame, ...]
+    accept: Accept
+    build: Build
+    reads: frozenset[str] | None = None
+    quick: Quick | None = None
+
+    def likely(self, first: bytes) -> int:
+        return max(frame.likely(first) for frame in self.frames)
+
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
+        parts: list[Part] = []
+        remaining = np.arange(len(bodies))
+        for frame in sorted(self.frames, key=lambda f: -f.likely(bodies[0])) if bodies else ():
+            subset = bodies if len(remaining) == len(bodies) else [bodies[i] for i in remaining.tolist()]
+            found = _run_frame(frame, (self,), subset, envelope)
+            taken = np.zeros(len(remaining), dtype=bool)
+            for idx, cols in found:
+                taken[idx] = True
+                parts.append((remaining[idx], cols))
+            remaining = remaining[~taken]
+            if not len(remaining):
+                break
+        return parts
+
+
+@dataclasses.dataclass(frozen=True)
+class _FramePass:
+    """The learned fast paths of one frame as one pass: the batch's layouts are learned once, and
+    each matched layout goes to the family that accepts its keys."""
+
+    frame: Frame
+    paths: tuple[LearnedFast, ...]
+
+    def likely(self, first: bytes) -> int:
+        return self.frame.likely(first)
+
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]:
+        return _run_frame(self.frame, self.paths, bodies, envelope)
+
+
+def merged(paths: Iterable[Any]) -> list[Any]:
+    """``paths`` (registry.FastPath hooks) with the learned fast paths of each frame merged into one
+    pass, at the first one's place."""
+    out: list[Any] = []
+    at: dict[Frame, int] = {}
+    for path in paths:
+        if not isinstance(path, LearnedFast):
+            out.append(path)
+            continue
+        for frame in path.frames:
+            if frame in at:
+                group = out[at[frame]]
+                out[at[frame]] = _FramePass(frame, group.paths + (path,))
             else:
-                build = _enriched_part
-            ok, cols = build(g, group_bodies)
-            if not ok.any():
-                continue
-            rows = remaining[g.idx]
-            if not ok.all():
-                mask = pa.array(ok)
-                cols = {k: v.filter(mask) for k, v in cols.items()}
-                rows = rows[ok]
-            taken[rows] = True
-            parts.append((rows, cols))
-        remaining = remaining[~taken[remaining]]
+                at[frame] = len(out)
+                out.append(_FramePass(frame, (path,)))
+    return out
+
+
+def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], envelope: str) -> list[Part]:
+    """The bodies of ``frame``'s learned layouts the ``paths`` take: [(positions, columns)]."""
+
+    def accept(keys: tuple[str, ...]) -> bool:
+        return any(p.accept(keys) for p in paths)
+
+    def reads(keys: tuple[str, ...]) -> frozenset[str] | None:
+        return next(p.reads for p in paths if p.accept(keys))
+
+    groups: list[Matched] = []
+    for part in _by_topic(bodies) if frame.wrapper else [np.arange(len(bodies))]:
+        sub = bodies if len(part) == len(bodies) else [bodies[i] for i in part.tolist()]
+        for g in _match_part(frame, paths, sub, accept, reads):
+            g.idx = part[g.idx]
+            groups.append(g)
+    ascii = np.fromiter(map(bytes.isascii, bodies), dtype=bool, count=len(bodies)) if groups else None
+    parts: list[Part] = []
+    for g in groups:
+        g.ascii = ascii[g.idx]
+        g.frame = frame
+        g.envelope = envelope
+        build = next(p.build for p in paths if p.accept(g.keys))
+        ok, cols = build(g, [bodies[i] for i in g.idx.tolist()])
+        if not ok.any():
+            continue
+        rows = g.idx
+        if not ok.all():
+            mask = pa.array(ok)
+            cols = {k: v.filter(mask) for k, v in cols.items()}
+            rows = rows[ok]
+        parts.append((rows, cols))
+    return parts
+
+
+def _match_part(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], accept: Accept,
+                reads: Callable[[tuple[str, ...]], frozenset[str] | None]) -> list[Matched]:  # fmt: skip
+    """The layouts of ``bodies`` (a family's quick proof first, then the learned layouts)."""
+    quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None and p.frames[0] == frame), None)
+    if quick is None:
+        return match_layouts(bodies, frame.style, frame.wrapper, accept, reads, payload=frame.payload)
+    groups = [quick]
+    rest = np.ones(len(bodies), dtype=bool)
+    rest[quick.idx] = False
+    rest_idx = np.flatnonzero(rest)
+    if len(rest_idx):
+        for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept, reads,
+                               payload=frame.payload):  # fmt: skip
+            g.idx = rest_idx[g.idx]
+            groups.append(g)
+    return groups
+
+
+_TOPIC_AT = b',"Topic":'
+_MAX_TOPICS = 8
+_MIN_TOPIC = 32
+
+
+def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
+    """The bodies by the tail of their v2 wrapper (``,"Topic":"t"}``): positions, largest first.
+
+    Bodies of one topic are one table's (or column family's) messages, one layout in the common
+    case; matching each topic on its own spares the learned layouts the decode errors, one per
+    body of another layout, that a mixed batch costs (~2.6 us each). Only a heuristic: a body is
+    proven whatever its group. Up to _MAX_TOPICS topics of at least _MIN_TOPIC bodies get a group
+    of their own; the rest share one."""
+    n = len(bodies)
+    tails = [b[b.rfind(_TOPIC_AT):] for b in bodies]
+    first = tails[0] if tails else b""
+    if tails.count(first) == n:
+        return [np.arange(n)]
+    number = {tail: i for i, tail in enumerate(dict.fromkeys(tails))}
+    codes = np.fromiter(map(number.__getitem__, tails), dtype=np.int64, count=n)
+    counts = np.bincount(codes)
+    order = np.argsort(codes, kind="stable")
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    largest = np.argsort(-counts, kind="stable")
+    own = [c for c in largest[:_MAX_TOPICS].tolist() if counts[c] >= _MIN_TOPIC]
+    parts = [order[starts[c] : starts[c + 1]] for c in own]
+    if len(own) < len(counts):
+        rest = np.ones(n, dtype=bool)
+        for part in parts:
+            rest[part] = False
+        parts.append(np.flatnonzero(rest))
     return parts

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import functools
 import operator
 import re
 from typing import Any, Callable
@@ -353,11 +354,13 @@ def csv_row_converter(schema: T.StructType) -> Callable[[list[str]], dict]:
 # -- typed columns in bulk -------------------------------------------------------------------------
 #
 # The same conversion as :func:`json_row_converter`, column by column over many rows: each row
-# object is decoded once by msgspec into a Struct of ``Raw`` values (missing columns UNSET, extra
-# keys ignored, the last of duplicate keys wins, as with the dict the converter uses), and each
-# column's raw JSON texts go through Arrow compute kernels (STRING, integers, DECIMAL, DOUBLE,
-# BOOLEAN) without a Python object per value. Other types use the per-value converter on that
-# column only. A value the bulk path is not sure about marks its row "not done": the caller sends
+# object is decoded once by msgspec into a Struct of ``Raw`` values (missing columns read as JSON
+# null, extra keys ignored, the last of duplicate keys wins, as with the dict the converter uses),
+# and each column's raw JSON texts go through Arrow compute kernels (STRING, integers, DECIMAL,
+# DOUBLE with its "NaN"/"Infinity" strings, BOOLEAN, TIMESTAMP and DATE in CockroachDB's ISO form,
+# BINARY in its ``\\x`` hex) without a Python object per value, or one msgspec call per column
+# (escaped STRINGs, ARRAY<STRING>). Values of other forms and other types use the per-value
+# converter. A value the bulk path is not sure about marks its row "not done": the caller sends
 # that message to the general path, which produces the exact value or the exact error.
 
 _INT_PATTERN = r"^-?(?:0|[1-9][0-9]*)$"
@@ -374,6 +377,10 @@ def _bulk_imports():  # pyarrow and numpy are only needed here; keep the per-val
     return np, pa, pc
 
 
+# A column a row lacks reads as JSON null: the per-value converter treats both alike.
+_MISSING = msgspec.Raw(b"null")
+
+
 class _BulkSchema:
     """Per-row-schema constants: the Struct type rows decode into and each column's handler."""
 
@@ -381,7 +388,7 @@ class _BulkSchema:
         names = [f"f{i}" for i in range(len(schema.fields))]
         self.struct = msgspec.defstruct(
             "_TypedRow",
-            [(n, msgspec.Raw | msgspec.UnsetType, msgspec.UNSET) for n in names],
+            [(n, msgspec.Raw, _MISSING) for n in names],
             rename=dict(zip(names, schema.names)),
             gc=False,
         )
@@ -436,10 +443,12 @@ def struct_column(images: Any, schema: T.StructType, arrow_type: Any) -> tuple[A
     return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=mask), bad
 
 
-def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, pc) -> tuple[Any, Any]:
+def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np: Any, pa: Any,
+                 pc: Any) -> tuple[Any, Any]:  # fmt: skip
     m = len(values)
-    missing = values.count(msgspec.UNSET)
-    raws = values if not missing else [b"null" if v is msgspec.UNSET else v for v in values]
+    if values.count(_MISSING) == m:  # no row has this column: all null (NOT NULL: all to the general path)
+        return pa.nulls(m, arrow_type), np.full(m, not field.nullable)
+    raws = values
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=m)
     offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -467,14 +476,30 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
         drop = ~ok | null
         return pa.array(drop) if drop.any() else None
 
+    def inner() -> Any:
+        """The texts without their first and last byte (a JSON string's quotes), as bytes."""
+        return pc.binary_slice(arr.view(pa.binary()), 1, -1)
+
+    def rest_per_value(out: Any, ok: Any) -> tuple[Any, Any]:
+        """``out`` (null where not ``ok``) with the other non-null values converted one by one."""
+        todo = ~ok & ~null
+        if not todo.any():
+            return out, bad
+        where = np.flatnonzero(todo)
+        sub, sub_bad = _per_value([values[i] for i in where.tolist()], field, conv, arrow_type, pa, np)
+        if sub is None:
+            return None, None
+        bad[where] |= sub_bad
+        return pc.replace_with_mask(out, pa.array(todo), sub), bad
+
     if isinstance(dtype, T.StringType):
         quoted = first == ord('"')
-        out = pc.if_else(pa.array(quoted), pc.utf8_slice_codeunits(arr, 1, -1), arr)
+        out = pc.if_else(pa.array(quoted), inner().view(pa.string()), arr)
         if quoted.any():
             escaped = quoted & pc.match_substring(arr, "\\").to_numpy(zero_copy_only=False)
             if escaped.any():
                 where = np.flatnonzero(escaped)
-                fixed = [_STR.decode(bytes(raws[i])) for i in where.tolist()]
+                fixed = _STR_LIST.decode(b"[" + b",".join([raws[i] for i in where.tolist()]) + b"]")
                 out = pc.replace_with_mask(out, pa.array(escaped), pa.array(fixed, pa.string()))
         if nulls is not None:
             out = pc.if_else(nulls, pa.scalar(None, pa.string()), out)
@@ -504,9 +529,12 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
         except pa.ArrowInvalid:  # too many digits or too much scale somewhere: find which
             return _per_value(values, field, conv, arrow_type, pa, np)
     if isinstance(dtype, T.DoubleType):
-        ok = checked(_NUM_PATTERN)
+        number = pc.match_substring_regex(arr, _NUM_PATTERN).to_numpy(zero_copy_only=False)
+        special = pc.is_in(arr, value_set=pa.array(_SPECIAL_TEXTS)).to_numpy(zero_copy_only=False)
+        ok = number | special | null
+        src = arr if not special.any() else pc.if_else(pa.array(special), inner().view(pa.string()), arr)
         drop = masked(ok)
-        src = arr if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), arr)
+        src = src if drop is None else pc.if_else(drop, pa.scalar(None, pa.string()), src)
         try:
             return pc.cast(src, pa.float64()), bad | ~ok
         except pa.ArrowInvalid:
@@ -520,7 +548,72 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np, pa, 
         if drop is not None:
             out = pc.if_else(drop, pa.scalar(None, pa.bool_()), out)
         return out, bad | ~ok
+    if isinstance(dtype, T.TimestampType):
+        # "YYYY-MM-DD[T ]HH:MM:SS[.ffffff][Z]", UTC: what CockroachDB writes for TIMESTAMP(TZ). Arrow's
+        # parser refuses the same impossible dates as datetime (a column holding one goes value by
+        # value), but takes year 0, which the regex leaves out; other forms go value by value.
+        ok = checked(_TS_PATTERN)
+        src = pc.if_else(pa.array(ok & ~null), inner().view(pa.string()), pa.scalar(None, pa.string()))
+        src = pc.replace_substring_regex(src, "[Zz]$", "")
+        try:
+            out = pc.cast(pc.cast(src, pa.timestamp("us")), arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _per_value(values, field, conv, arrow_type, pa, np)
+        return rest_per_value(out, ok)
+    if isinstance(dtype, T.DateType):
+        ok = checked(_DATE_PATTERN)
+        src = pc.if_else(pa.array(ok & ~null), inner().view(pa.string()), pa.scalar(None, pa.string()))
+        try:
+            out = pc.cast(pc.cast(src, pa.timestamp("s")), pa.date32())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _per_value(values, field, conv, arrow_type, pa, np)
+        return rest_per_value(out, ok)
+    if isinstance(dtype, T.BinaryType):
+        # CockroachDB's BYTES: "\\x" then hex digits, two a byte (JSON text ``"\\x0a1b"``).
+        ok = checked(_HEX_PATTERN)
+        hexes = pc.binary_slice(pc.if_else(pa.array(ok & ~null), arr.view(pa.binary()), pa.scalar(None, pa.binary())),
+                                4, -1)  # fmt: skip
+        hex_off = np.frombuffer(hexes.buffers()[1], dtype=np.int32)[hexes.offset : hexes.offset + m + 1]
+        digits = np.frombuffer(hexes.buffers()[2], dtype=np.uint8)[hex_off[0] : hex_off[-1]] if m else u8[:0]
+        halves = _hex_table()[digits]
+        out_data = (halves[0::2] << 4) | halves[1::2]
+        out = pa.BinaryArray.from_buffers(
+            pa.binary(), m, [hexes.buffers()[0], pa.py_buffer(((hex_off - hex_off[0]) // 2).astype(np.int32)),
+                             pa.py_buffer(out_data.astype(np.uint8))], offset=0,
+        )  # fmt: skip
+        return rest_per_value(out.cast(arrow_type), ok)
+    if isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.StringType):
+        try:  # every item a string or null (other JSON items keep their text: value by value)
+            lists = _STR_LISTS.decode(b"[" + b",".join(raws) + b"]")
+            return pa.array(lists, arrow_type), bad
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, pa.ArrowException):
+            return _per_value(values, field, conv, arrow_type, pa, np)
     return _per_value(values, field, conv, arrow_type, pa, np)
+
+
+_STR_LIST = msgspec.json.Decoder(list[str])
+_STR_LISTS = msgspec.json.Decoder(list[list[str | None] | None])
+_SPECIAL_TEXTS = ['"NaN"', '"Infinity"', '"-Infinity"']  # a DOUBLE's JSON strings (_SPECIAL_FLOATS)
+_YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # datetime has no year 0
+_TS_PATTERN = (
+    r'^"' + _YEAR + r"-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r'(?:\.[0-9]{1,6})?[Zz]?"$'
+)
+_DATE_PATTERN = r'^"' + _YEAR + r'-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"$'
+_HEX_PATTERN = r'^"\\\\x(?:[0-9a-fA-F]{2})*"$'
+
+
+@functools.lru_cache(maxsize=1)
+def _hex_table() -> Any:
+    """The value of each ASCII hex digit (other bytes: never looked up, the regex saw to it)."""
+    import numpy as np
+
+    table = np.zeros(256, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        table[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        table[c] = 10 + i
+    return table
 
 
 def _per_value(values: list, field: Any, conv: Conv, arrow_type: Any, pa, np) -> tuple[Any, Any]:

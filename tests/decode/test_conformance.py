@@ -21,9 +21,7 @@ import pytest
 
 from crdb_pubsub import decode_messages
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-if not (SHARED / "conformance").is_dir():  # the checkout may sit elsewhere; shared/ is beside the project
-    SHARED = Path("/work/shared")
+SHARED = Path(__file__).resolve().parents[3] / "shared"  # ../shared beside the repository, as CI lays it out
 CRDB = [json.loads(line) for line in (SHARED / "conformance" / "crdb_examples.jsonl").read_text().splitlines()]
 DBZ = [json.loads(line) for line in (SHARED / "conformance" / "debezium_examples.jsonl").read_text().splitlines()]
 

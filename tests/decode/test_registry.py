@@ -48,3 +48,36 @@ def test_a_forced_envelope_that_does_not_fit_names_the_envelope():
     batch = decode_messages([b'{"payload": {}}'], envelope="webhook")
     assert batch.column("kind").to_pylist() == ["malformed"]
     assert "envelope=webhook expects" in batch.column("error").to_pylist()[0]
+
+
+def test_a_family_brings_its_own_fast_path(monkeypatch):
+    """A family's ``fast`` hook runs on whole batches before the general path, under the envelopes
+    it names, and takes the bodies it returns rows for; the others go on to the general path."""
+    import numpy as np
+    import pyarrow as pa
+
+    from crdb_pubsub.decode.columns import const
+    from crdb_pubsub.decode.envelopes.registry import BatchFast, Family
+
+    seen: list[list[bytes]] = []
+
+    def run(bodies: list[bytes], envelope: str) -> list:
+        seen.append(bodies)
+        idx = np.array([i for i, b in enumerate(bodies) if b.startswith(b'{"ROW"')], dtype=np.int64)
+        m = len(idx)
+        none = pa.nulls(m, pa.string())
+        cols = {name: none for name in ("topic", "table_name", "key", "before", "updated", "mvcc_timestamp")}
+        cols.update(kind=const("row", m), envelope=const("shouting", m), op=const("u", m),
+                    after=pa.array([bodies[i].decode() for i in idx]),
+                    commit_time=pa.nulls(m, pa.timestamp("us", tz="UTC")))  # fmt: skip
+        return [(idx, cols)]
+
+    fast = BatchFast(envelopes=("auto",), likely=lambda first: 3, run=run)
+    monkeypatch.setattr(registry, "FAMILIES", (*registry.FAMILIES, Family(order=55, names=(), fast=fast)))
+    bodies = [b'{"ROW": 1}', b'{"resolved":"1.0000000002"}', b'{"ROW": 2}']
+    batch = decode_messages(bodies)
+    assert seen == [bodies]
+    assert batch.column("envelope").to_pylist() == ["shouting", "wrapped", "shouting"]
+    assert batch.column("after").to_pylist() == ['{"ROW": 1}', None, '{"ROW": 2}']
+    decode_messages(bodies, envelope="wrapped")
+    assert len(seen) == 1  # not an envelope it runs under

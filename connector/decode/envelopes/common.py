@@ -186,6 +186,16 @@ def int_field(d: dict[str, bytes], name: str) -> int | None:
     return int(raw)
 
 
+def schema_name(raw: bytes) -> str | None:
+    """The name a ``{"schema": ..., "payload": ...}`` value's schema gives: its ``name`` when that is a
+    JSON string, else None (also for a schema that is not an object). A schema object must parse:
+    raises :class:`Bad` on a repeated key."""
+    if raw[:1] != b"{":
+        return None
+    schema = parse_object(raw, "`schema`")
+    return string_field(schema, "name", "`schema.`") if schema.get("name", b"")[:1] == b'"' else None
+
+
 def table_from_topic(topic: str | None) -> str | None:
     """The table a CockroachDB topic names.
 

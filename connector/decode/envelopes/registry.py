@@ -3,7 +3,8 @@
 A new envelope is one new module there, defining ``FAMILY``. It is found by name, tried in
 ``order`` on every JSON object value, and the names it declares become values the ``envelope``
 option, the ``tail`` command and ``decode_messages`` accept
-(:data:`~crdb_pubsub.decode.vocabulary.ENVELOPES` is built from them).
+(:data:`~crdb_pubsub.decode.vocabulary.ENVELOPES` is built from them). A family may also bring a
+fast path (:class:`FastPath`), which the decoder runs on whole batches before the general path.
 """
 
 from __future__ import annotations
@@ -11,12 +12,41 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
+from ..columns import Part
 from . import families
 from .common import Bad, Context, Row
 
 Value = dict[str, bytes]
+
+
+class FastPath(Protocol):
+    """A family's fast path: a whole batch decoded at once, for the bodies it can prove come out
+    exactly as the family's ``decode`` (and the general path around it) makes them one by one: the
+    same rows, values and columns. It leaves every other body to the general path.
+
+    ``envelopes``: the ``envelope`` option values it runs under. ``likely(first)``: how surely a
+    batch is this family's, judged by its first body (0: no sign, 1: its framing, 2: its exact
+    signature); the decoder runs the most likely first, each on the bodies the others left.
+    ``run(bodies, envelope)``: [(positions in ``bodies``, output columns)] of the bodies it proved,
+    decoded under the ``envelope`` option (one of ``envelopes``).
+    """
+
+    envelopes: tuple[str, ...]
+
+    def likely(self, first: bytes) -> int: ...
+
+    def run(self, bodies: list[bytes], envelope: str) -> list[Part]: ...
+
+
+@dataclass(frozen=True)
+class BatchFast:
+    """A :class:`FastPath` given as its two functions."""
+
+    envelopes: tuple[str, ...]
+    likely: Callable[[bytes], int]
+    run: Callable[[list[bytes], str], list[Part]]
 
 
 def _never(d: Value, keys: set[str], env: str) -> bool:
@@ -37,7 +67,7 @@ class Family:
     ``envelope`` option values that force this family; when one is forced and no family claims the
     value, ``refuse(d)`` gives the reason. ``body(body, env, ctx)`` runs before the body is parsed
     as a JSON object (for bodies that are not one: CSV records, key arrays); it returns rows, or
-    ``None`` to pass.
+    ``None`` to pass. ``fast``: the family's fast path, if it has one.
     """
 
     order: int
@@ -46,10 +76,11 @@ class Family:
     claims: Callable[[Value, set[str], str], bool] = _never
     refuse: Callable[[Value], str] | None = None
     body: Callable[[bytes, str, Context], "list[Row] | None"] | None = None
+    fast: FastPath | None = None
 
 
 def _discover() -> tuple[Family, ...]:
-    found = []
+    found: list[Family] = []
     for info in pkgutil.iter_modules(families.__path__):
         module = importlib.import_module(f"{families.__name__}.{info.name}")
         family = getattr(module, "FAMILY", None)

@@ -1,13 +1,24 @@
 """``envelope=debezium``: Debezium change events (PostgreSQL, TiCDC, ...), their transaction
-metadata events, schema-change (DDL) events, logical messages, TiCDC watermarks and tombstones."""
+metadata events, schema-change (DDL) events, logical messages, TiCDC watermarks and tombstones.
+
+The fast path takes change events as Debezium's JSON converter writes them (compact), with schemas
+off or on (``{"schema": ..., "payload": ...}``, also TiCDC's ``{"payload": ...}``), whole batches at a
+time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
+"""
 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from ...columns import OBJ_START
+from ...fast_learned import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
+from ...fast_learned import image, micros_array, nested, per_distinct, row_columns
 from ...hlc import MAX_MICROS
 from ..common import Bad, Context, Row, convert, int_field, object_or_null, op_from_images, parse_object
-from ..common import string_field
+from ..common import schema_name, string_field
 from ..registry import Family
 
 _OPS = frozenset(("c", "u", "d", "r", "t", "m"))
@@ -118,4 +129,85 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
     return [debezium_row(d, raw, ctx)]
 
 
-FAMILY = Family(order=70, names=("debezium",), claims=_claims, decode=_decode)
+# -- the fast path -----------------------------------------------------------------------------------
+
+_FAST_KEYS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
+_READS = frozenset(("before", "after", "source", "op", "ts_ms"))  # ts_us, ts_ns and transaction: not read
+_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"', '"t"'])
+
+
+def _accept(keys: tuple[str, ...]) -> bool:
+    return "op" in keys and "ts_ms" in keys and _FAST_KEYS.issuperset(keys)
+
+
+def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """(ok mask, output columns) of Debezium events of one proven layout (see LearnedFast.build)."""
+    m = len(g.idx)
+    value = {k: g.col(k, m) for k in _READS}
+    op = value["op"]
+    bad = ~pc.is_in(op.arr, value_set=_OP_TEXT).to_numpy(zero_copy_only=False)
+    after_ok, _, after = image(value["after"])
+    before_ok, _, before = image(value["before"])
+    bad |= ~after_ok | ~before_ok
+    src = value["source"]
+    bad |= ~src.starts(b"{n")
+    src_obj = src.present & (src.first == OBJ_START)
+    src_ok, sf = nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, COMPACT_STYLE,
+                        lambda keys: True, ("table", "commit_ts", "ts_us", "ts_ms", "origin"), src)  # fmt: skip
+    bad |= src_obj & ~src_ok
+    table_col = sf["table"]
+    table_str = table_col.present & (table_col.first == ord('"'))
+    plain = table_col.matches(PLAIN_STRING)
+    bad |= table_str & ~plain
+    table = pc.if_else(pa.array(table_str & plain), table_col.unquoted(), NULL_STR)
+    table = pc.if_else(pc.equal(table, ""), NULL_STR, table)
+    if g.frame is not None and g.frame.payload:
+        # {"schema": S, "payload": <this>}: S must read (no repeated key); under envelope=auto the
+        # general path calls the payload enriched when S is named "cockroachdb.envelope", or when S
+        # has no name and the source's origin is "cockroachdb".
+        sok, names = (np.ones(m, dtype=bool), [None] * m) if g.schema is None else per_distinct(g.schema, schema_name)
+        bad |= ~sok
+        if g.envelope == "auto":
+            origin = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
+            named = np.fromiter((n is not None for n in names), dtype=bool, count=m)
+            crdb = np.fromiter((n == "cockroachdb.envelope" for n in names), dtype=bool, count=m)
+            bad |= crdb | (~named & src_obj & origin)
+
+    # commit_time exactly as the general path: TiCDC commit_ts, else source ts_us / ts_ms, else ts_ms
+    # when the source has no time at all.
+    commit_ts, has_cts, u1 = sf["commit_ts"].ints()
+    us, has_us, u2 = sf["ts_us"].ints()
+    ms, has_ms, u3 = sf["ts_ms"].ints()
+    top_ms, has_top, u4 = value["ts_ms"].ints()
+    bad |= u1 | u2 | u3 | u4
+    micros = np.zeros(m, dtype=np.int64)
+    known = np.zeros(m, dtype=bool)
+    use_cts = has_cts & (commit_ts >= 0)
+    micros = np.where(use_cts, (commit_ts >> 18) * 1000, micros)
+    known |= use_cts
+    rest = ~use_cts
+    use_us = rest & has_us & (us > 0)
+    micros = np.where(use_us, us, micros)
+    known |= use_us
+    rest &= ~use_us
+    ms_fits = ms <= MAX_MICROS // 1000
+    use_ms = rest & has_ms & (ms > 0)
+    micros = np.where(use_ms & ms_fits, ms * np.where(ms_fits, 1000, 0), micros)
+    known |= use_ms & ms_fits
+    rest &= ~use_ms
+    top_fits = top_ms <= MAX_MICROS // 1000
+    # A source that names its time as 0 (a snapshot read) has none: not the processing time.
+    use_top = rest & ~has_us & ~has_ms & has_top & (top_ms >= 0)
+    micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
+    known |= use_top & top_fits
+    bad |= g.utf8_bad()
+    cols = row_columns(m, "debezium", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
+                       commit=micros_array(micros, known))
+    return ~bad, cols
+
+
+FAMILY = Family(
+    order=70, names=("debezium",), claims=_claims, decode=_decode,
+    fast=LearnedFast(envelopes=("auto", "debezium"), frames=(COMPACT, COMPACT_SCHEMA), accept=_accept,
+                     build=_fast_rows, reads=_READS),
+)  # fmt: skip

@@ -1,10 +1,22 @@
-"""``envelope=enriched``: ``op``, ``after``/``before``, ``source`` and ``ts_ns`` at the top level."""
+"""``envelope=enriched``: ``op``, ``after``/``before``, ``source`` and ``ts_ns`` at the top level.
+
+The fast path takes enriched values in the v2 Pub/Sub wrapper, with or without ``enriched_properties=
+schema`` (``{"payload": ..., "schema": ...}``), whole batches at a time (learned layouts, see
+:mod:`crdb_pubsub.decode.fast_learned`).
+"""
 
 from __future__ import annotations
 
-from ...hlc import MAX_MICROS, hlc_to_micros
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...columns import ARR_START, OBJ_START, table_names
+from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, V2_SCHEMA, LearnedFast, Matched
+from ...fast_learned import commit_from_hlc, image, micros_array, nested, per_distinct, row_columns
+from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
 from ..common import Bad, Context, Row, fill_images_and_meta, hlc_field, int_field, object_or_null, parse_object
-from ..common import short, string_field
+from ..common import schema_name, short, string_field, table_from_topic
 from ..registry import Family
 
 _KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns", "updated", "mvcc_timestamp", "topic"))
@@ -65,4 +77,85 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
     return [enriched_row(d, ctx)]
 
 
-FAMILY = Family(order=60, names=("enriched",), claims=_claims, decode=_decode)
+# -- the fast path -----------------------------------------------------------------------------------
+
+_FAST_KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns"))
+_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"'])
+_KEY_SCHEMA = {"payload", "schema"}
+_SCHEMA_NAME = "cockroachdb.envelope"
+
+
+def _accept(keys: tuple[str, ...]) -> bool:
+    return "op" in keys and _FAST_KEYS.issuperset(keys)
+
+
+def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """(ok mask, output columns) of enriched bodies of one proven layout (see LearnedFast.build)."""
+    m = len(g.idx)
+    value = {k: g.col(k, m) for k in _FAST_KEYS}
+    key = g.col("", m)
+    key_out = key.arr
+    bad = ~((key.first == ARR_START) | (key.first == OBJ_START))
+    key_objects = key.first == OBJ_START
+    if key_objects.any():
+        # A Key object is parsed by the general path (no repeated key); {payload, schema} (with
+        # enriched_properties=schema) gives its payload (an array, an object or null) as the key.
+        kok, _ = nested(g.key, key_objects, CRDB_STYLE, lambda keys: set(keys) != _KEY_SCHEMA, (), key)
+        with_schema = key_objects & ~kok
+        if with_schema.any():
+            sok, kf = nested(g.key, with_schema, CRDB_STYLE, lambda keys: set(keys) == _KEY_SCHEMA, ("payload",))
+            payload = kf["payload"]
+            sok &= payload.present & payload.starts(b"[{n")
+            key_out = pc.if_else(pa.array(with_schema & sok & ~payload.is_null()), payload.arr, key.arr)
+            key_out = pc.if_else(pa.array(with_schema & payload.is_null()), NULL_STR, key_out)
+            kok |= with_schema & sok
+        bad |= key_objects & ~kok
+    if g.frame is not None and g.frame.payload:
+        # {"payload": <this>, "schema": S}: S must read (no repeated key), and under envelope=auto
+        # a schema named otherwise than CockroachDB's makes the general path call it Debezium.
+        sok, names = (np.ones(m, dtype=bool), [None] * m) if g.schema is None else per_distinct(g.schema, schema_name)
+        bad |= ~sok
+        if g.envelope == "auto":
+            bad |= np.fromiter((n is not None and n != _SCHEMA_NAME for n in names), dtype=bool, count=m)
+    op = value["op"]
+    bad |= ~pc.is_in(op.arr, value_set=_OP_TEXT).to_numpy(zero_copy_only=False)
+    after_ok, _, after = image(value["after"])
+    before_ok, _, before = image(value["before"])
+    bad |= ~after_ok | ~before_ok | ~value["key"].starts(b"[{n")
+    src = value["source"]
+    bad |= ~src.starts(b"{n")
+    src_obj = src.present & (src.first == OBJ_START)
+    names = ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns")
+    src_ok, sf = nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, CRDB_STYLE,
+                        lambda keys: True, names, src)  # fmt: skip
+    bad |= src_obj & ~src_ok
+    # With a source object, only origin "cockroachdb" makes the general path call it enriched.
+    origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
+    bad |= src_obj & ~origin_ok
+    bad |= ~sf["table_name"].matches(PLAIN_STRING) | ~sf["ts_hlc"].matches(HLC_QUOTED)
+    bad |= ~sf["mvcc_timestamp"].matches(HLC_QUOTED)
+    src_ns, src_ns_has, _ = sf["ts_ns"].ints()
+    bad |= sf["ts_ns"].present & ~src_ns_has
+    top_ns, top_ns_has, _ = value["ts_ns"].ints()
+    bad |= value["ts_ns"].present & ~top_ns_has
+    bad |= g.utf8_bad()
+
+    updated = sf["ts_hlc"].unquoted()
+    mvcc = sf["mvcc_timestamp"].unquoted()
+    ns = np.where(src_ns_has, src_ns, top_ns)
+    ns_has = src_ns_has | top_ns_has
+    from_ns = micros_array(ns // 1000, ns_has & (ns >= 0))
+    commit = pc.coalesce(commit_from_hlc(updated, mvcc), from_ns)
+    table = sf["table_name"].unquoted()
+    table = pc.if_else(pc.equal(table, ""), NULL_STR, table)
+    topic = pa.array(g.topic, pa.string())
+    table = pc.coalesce(table, table_names(topic, table_from_topic))
+    cols = row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
+                       commit=commit, topic=topic, key=key_out, updated=updated, mvcc=mvcc)
+    return ~bad, cols
+
+
+FAMILY = Family(
+    order=60, names=("enriched",), claims=_claims, decode=_decode,
+    fast=LearnedFast(envelopes=("auto", "enriched"), frames=(V2_CRDB, V2_SCHEMA), accept=_accept, build=_fast_rows),
+)  # fmt: skip

@@ -3,7 +3,7 @@ and Debezium's JSON converter with schemas on (PostgreSQL, TiCDC)."""
 
 from __future__ import annotations
 
-from ..common import Bad, Context, Row, kind_of, parse_object, short, string_field
+from ..common import Bad, Context, Row, kind_of, parse_object, schema_name, short
 from ..registry import Family
 from .debezium import debezium_row, is_transaction, tombstone_row, transaction_row
 from .enriched import enriched_row, is_enriched
@@ -21,13 +21,10 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
     if payload_raw[:1] != b"{":
         raise Bad(f"`payload` must be an object, got {kind_of(payload_raw)} {short(payload_raw)}")
     payload = parse_object(payload_raw, "`payload`")
-    schema_name = None
-    if "schema" in d and d["schema"][:1] == b"{":
-        schema = parse_object(d["schema"], "`schema`")
-        schema_name = string_field(schema, "name", "`schema.`") if schema.get("name", b"")[:1] == b'"' else None
+    name = schema_name(d["schema"]) if "schema" in d else None
     if env != "enriched" and is_transaction(payload):
         return [transaction_row(payload, payload_raw)]
-    if env == "enriched" or (env == "auto" and is_enriched(payload, schema_name)):
+    if env == "enriched" or (env == "auto" and is_enriched(payload, name)):
         if set(payload) == {"resolved"}:
             return [resolved_row(payload, "enriched", "payload.")]
         return [enriched_row(payload, ctx)]
