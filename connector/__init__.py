@@ -10,22 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._version import __version__
-from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 from . import apply  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
+from ._version import __version__
 from .apply import apply_batch, foreach_batch_apply, read_state
+from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 
 __all__ = [
-    "__version__",
-    "register",
-    "decode_messages",
-    "schema_from_enriched",
     "DecodeStats",
     "MalformedMessageError",
+    "__version__",
     "apply",
     "apply_batch",
+    "decode_messages",
     "foreach_batch_apply",
     "read_state",
+    "register",
+    "schema_from_enriched",
 ]
 
 

@@ -12,11 +12,19 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any, Callable, NoReturn, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
 
-from .detached import export_line, remove_state, running_state, start_detached, state_from, state_path
-from .detached import stop_detached, write_state
+from .detached import (
+    export_line,
+    remove_state,
+    running_state,
+    start_detached,
+    state_from,
+    state_path,
+    stop_detached,
+    write_state,
+)
 from .launcher import BACKENDS, EmulatorStartError, EmulatorUnavailable, start_emulator
 
 

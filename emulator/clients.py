@@ -15,6 +15,7 @@ from google.cloud import pubsub_v1
 from google.pubsub_v1.services.publisher.transports.grpc import PublisherGrpcTransport
 from google.pubsub_v1.services.subscriber.transports.grpc import SubscriberGrpcTransport
 
+
 def _channel(host_port: str) -> grpc.Channel:
     # One channel recipe for the whole package: the source's receiver builds its own the same way.
     from crdb_pubsub.source.transport import insecure_channel

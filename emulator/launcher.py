@@ -282,7 +282,7 @@ def _tail(path: str | None, lines: int = 25) -> str:
 # --------------------------------------------------------------------------- the handle
 
 
-_LIVE: set["Emulator"] = set()
+_LIVE: set[Emulator] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -384,7 +384,7 @@ class Emulator:
             if self.backend != "env":
                 logger.info("Pub/Sub emulator stopped (backend=%s, %s)", self.backend, self.host_port)
 
-    def __enter__(self) -> "Emulator":
+    def __enter__(self) -> Emulator:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -479,7 +479,7 @@ def _start_sdk(found: SdkEmulator, *, port: int | None, project: str, timeout: f
         except _PortTaken:
             emu.stop()
             if attempt + 1 >= attempts:
-                raise EmulatorStartError(f"port {chosen} was taken while the emulator started\n{_tail(path)}")
+                raise EmulatorStartError(f"port {chosen} was taken while the emulator started\n{_tail(path)}") from None
             logger.debug("port %s was taken during startup, retrying on another port", chosen)
         except BaseException:
             # Keep a failed run's log only when the user asked for one; the tail is in the error.
@@ -631,9 +631,8 @@ def start_emulator(*, port: int | None = None, backend: str = "auto", project: s
         if found is not None:
             emu = _start_sdk(found, port=port, project=project, timeout=timeout, t0=t0, log_path=log,
                              detached=_detached)
-    if emu is None and chosen in ("auto", "docker"):
-        if docker_available(looked):
-            emu = _start_docker(port=port, project=project, timeout=timeout, t0=t0, detached=_detached)
+    if emu is None and chosen in ("auto", "docker") and docker_available(looked):
+        emu = _start_docker(port=port, project=project, timeout=timeout, t0=t0, detached=_detached)
     if emu is None:
         forced = "" if chosen == "auto" else f" (backend {chosen!r} was forced)"
         raise EmulatorUnavailable(

@@ -45,7 +45,7 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
-def terminate_group(pgid: int, grace: float = GRACE_SECONDS, reap: "subprocess.Popen | None" = None) -> None:
+def terminate_group(pgid: int, grace: float = GRACE_SECONDS, reap: subprocess.Popen | None = None) -> None:
     """SIGTERM the whole process group, SIGKILL whatever is left after ``grace`` seconds.
 
     ``reap`` is our own child (if any): it is waited for so it does not linger as a zombie.

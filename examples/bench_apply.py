@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         rate_a, rate_b = a_rows / a, b_rows / b
         print(f"(a) source -> noop sink         : {a:7.2f} s  {rate_a:9,.0f} msg/s  ({a_rows:,} rows, {a_batches} batches)")
         print(f"(b) source -> apply -> Delta    : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({b_rows:,} rows, {b_batches} batches)")
-        print("state == simulator ground truth:", "OK" if not problems else problems)
+        print("state == simulator ground truth:", problems if problems else "OK")
         print(f"apply/noop ratio {rate_b / rate_a:.2f}")
         return 0 if not problems and a_rows == b_rows == args.changes else 1
 

@@ -39,9 +39,10 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -285,7 +286,7 @@ def _dbz_text(value: Any, kind: str) -> str:
     if kind == "DECIMAL(12,2)":  # decimal.handling.mode=string
         return f'"{value}"'
     if kind == "TIMESTAMP":  # io.debezium.time.MicroTimestamp
-        ts = dt.datetime.fromisoformat(value).replace(tzinfo=dt.timezone.utc)
+        ts = dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
         return str(int(ts.timestamp()) * 1_000_000 + ts.microsecond)
     if kind == "BYTES":  # binary.handling.mode=base64
         return orjson.dumps(base64.b64encode(bytes.fromhex(value[2:])).decode()).decode()
@@ -532,7 +533,7 @@ def bench_bodies(bodies: list[bytes], repeat: int, strict: bool = True, **kw: An
     """(baseline msg/s, decode msg/s, malformed rows) on ``bodies``, both measured here, best of ``repeat``."""
     n = len(bodies)
     ids = [str(10_000_000 + i) for i in range(n)]
-    t0 = int(dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
+    t0 = int(dt.datetime(2025, 6, 1, tzinfo=dt.UTC).timestamp() * 1_000_000)
     publish = [t0 + i for i in range(n)]
     attrs: list[dict[str, str]] = [{} for _ in range(n)]
     ordering = [""] * n

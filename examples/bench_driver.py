@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     n = args.messages
 
-    from crdb_pubsub.source.options import parse_options
     from crdb_pubsub.source.core.protocol import OffsetProtocol
     from crdb_pubsub.source.driver import DriverMode, Receiver
     from crdb_pubsub.source.metrics import Counters
+    from crdb_pubsub.source.options import parse_options
 
     pubsub = RecordedPubSub(_responses(n))
     options = parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:1"})

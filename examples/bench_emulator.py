@@ -28,8 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_stream import PROJECT, ProcCpu, _bodies, _publish, baseline, held_baseline  # noqa: E402
-
+from bench_stream import PROJECT, ProcCpu, _bodies, _publish, baseline, held_baseline
 
 HELD = "(a')"
 

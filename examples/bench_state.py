@@ -65,11 +65,10 @@ def body(i: int) -> bytes:
 
 def run(url: str, receiver: str, batches: int, messages: int, partitions: int, counted: Counted) -> dict:
     sys.path.insert(0, str(TESTS))
-    from fake_pubsub import FakePubSub
-    from spark_calls import Logs, SparkCalls
-
     import crdb_pubsub.source.transport as transport
     from crdb_pubsub.source.datasource import CrdbPubSubDataSource
+    from fake_pubsub import FakePubSub
+    from spark_calls import Logs, SparkCalls
 
     service = FakePubSub()
     transport.subscriber_client = lambda host=None, credentials=None, **kw: service.client()

@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -243,12 +243,11 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=30, help="runs per operation (default 30)")
     args = ap.parse_args()
     try:
-        import gcsfs  # noqa: F401
+        import gcsfs
     except ImportError:
         sys.exit("bench_storage: pip install gcsfs first (only this comparison uses it)")
-    from gcs_server import start_gcs_server
-
     from crdb_pubsub.source.storage import open_storage
+    from gcs_server import start_gcs_server
 
     makers = [("google-cloud-storage", lambda srv, run: GcsClient(srv.bucket, f"gcs-{run}/")),
               ("gcsfs", lambda srv, run: GcsfsClient(srv.bucket, f"gcsfs-{run}/")),
@@ -269,8 +268,8 @@ def main() -> None:
         finally:
             server.stop()
     clients = [type("C", (), {"name": name}) for name, _ in makers]
-    import google.cloud.storage
     import gcsfs
+    import google.cloud.storage
 
     print(f"fake-gcs-server 1.54.0 in memory on 127.0.0.1; google-cloud-storage {google.cloud.storage.__version__}, "
           f"gcsfs {gcsfs.__version__}; median / p90 of {args.n} runs, ms")

@@ -270,7 +270,7 @@ def streaming_subscriber(host: str, sub: str, n: int) -> float:
         client.close()
 
 
-def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: "ProcCpu | None" = None
+def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: ProcCpu | None = None
               ) -> tuple[float, int, int, float, float]:
     """(seconds, rows, batches, driver-side runner CPU s, executor workers CPU s) of one drain."""
     runners_before = cpu.runners() if cpu else set()

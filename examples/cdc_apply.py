@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         users = DeltaTable(os.path.join(state_dir, "users")).to_pyarrow_dataset()  # noqa: F841 - read by DuckDB
         print("DuckDB:", duckdb.sql("SELECT count(*), sum(balance) FROM users WHERE NOT _crdb_deleted").fetchall()[0])
         problems = compare_to_ground_truth(state_dir, sim.ground_truth(), schemas, primary_keys())
-        print("state == simulator ground truth:", "OK" if not problems else problems)
+        print("state == simulator ground truth:", problems if problems else "OK")
         spark.stop()
         return 0 if not problems else 1
 

@@ -10,7 +10,7 @@ import itertools
 import os
 import sys
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -7,8 +7,9 @@ never goes green by skipping. Kept out of the shipped package so that it holds n
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -31,8 +31,9 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.pubsub_v1.types import PullResponse
@@ -128,7 +129,7 @@ class FakePubSub:
             m.lease_until = 0.0
             self._lock.notify_all()
 
-    def client(self) -> "FakeSubscriberClient":
+    def client(self) -> FakeSubscriberClient:
         return FakeSubscriberClient(self)
 
     # ---------------------------------------------------------------- service side

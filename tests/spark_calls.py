@@ -19,8 +19,9 @@ with a probe source on pyspark 4.0.5, 4.1.4, 4.2.1 and 4.3.0; see ../shared/NOTE
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 

@@ -18,15 +18,16 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve()
 
 
-def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool, available_now: bool,
+def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool | str, available_now: bool,
                 ack_deadline: int = 5, max_per_trigger: int = 250, receiver: str = "driver",
                 num_partitions: int | None = None) -> list[str]:
-    """The command line that runs this job with its checkpoint/output/state under ``tmp``."""
+    """The command line that runs this job with its checkpoint/output/state under ``tmp`` (``state``:
+    a stateDir there, none, or the stateDir given, e.g. ``gs://...``)."""
     cmd = [sys.executable, str(SCRIPT), "--emulator-host", emulator_host, "--subscription", subscription,
            "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ack_deadline),
            "--max-per-trigger", str(max_per_trigger)]
     if state:
-        cmd += ["--state-dir", str(tmp / "state")]
+        cmd += ["--state-dir", state if isinstance(state, str) else str(tmp / "state")]
     if available_now:
         cmd.append("--available-now")
     if receiver != "driver":

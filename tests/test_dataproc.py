@@ -32,8 +32,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import publish_simulated
 
+from conftest import publish_simulated
 from crdb_pubsub.apply import compare_to_ground_truth
 from crdb_pubsub.tools.simulator import primary_keys, spark_schemas
 

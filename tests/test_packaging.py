@@ -9,7 +9,6 @@ from importlib.metadata import requires
 from pathlib import Path
 
 import pytest
-
 from packaging.requirements import Requirement
 
 

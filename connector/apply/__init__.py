@@ -61,7 +61,8 @@ Contract
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from .delta import ApplyResult, DeltaStore, TableCounts, apply_arrow, table_path
 from .delta import read_state as _read_state
@@ -77,25 +78,25 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
 __all__ = [
+    "META_COLUMNS",
     "ApplyResult",
-    "TableCounts",
     "BareDeleteError",
     "SchemaChangeError",
+    "TableCounts",
     "apply_batch",
+    "compare_to_ground_truth",
+    "current_state_sql",
+    "ddl_from_crdb_types",
     "foreach_batch_apply",
     "foreach_batch_merge_into",
     "merge_into_sql",
-    "read_state",
-    "current_state_sql",
-    "state_tables",
-    "ddl_from_crdb_types",
     "parse_hlc",
-    "META_COLUMNS",
-    "compare_to_ground_truth",
+    "read_state",
+    "state_tables",
 ]
 
 
-def _arrow_of(batch: "DataFrame | pa.Table | pa.RecordBatch") -> "pa.Table":
+def _arrow_of(batch: DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
     """The source columns the apply helper reads, as one Arrow table on the driver."""
     import pyarrow as pa
 
@@ -113,7 +114,7 @@ def _arrow_of(batch: "DataFrame | pa.Table | pa.RecordBatch") -> "pa.Table":
     return df.select(*INPUT_COLUMNS).toArrow()
 
 
-def _query_id(batch_df: "DataFrame") -> str | None:
+def _query_id(batch_df: DataFrame) -> str | None:
     """The streaming query's id (stable across restarts from the same checkpoint), or None outside one."""
     try:
         return batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
@@ -121,8 +122,8 @@ def _query_id(batch_df: "DataFrame") -> str | None:
         return None
 
 
-def apply_batch(batch: "DataFrame | pa.Table | pa.RecordBatch", batch_id: int, *, state_dir: str,
-                app_id: str, schemas: Mapping[str, "str | StructType"] | None = None,
+def apply_batch(batch: DataFrame | pa.Table | pa.RecordBatch, batch_id: int, *, state_dir: str,
+                app_id: str, schemas: Mapping[str, str | StructType] | None = None,
                 bare_op_column: str | None = None, storage_options: Mapping[str, str] | None = None,
                 store: DeltaStore | None = None) -> ApplyResult:
     """Merge one micro-batch of ``crdb_pubsub`` rows into the Delta tables under ``state_dir``.
@@ -137,11 +138,11 @@ def apply_batch(batch: "DataFrame | pa.Table | pa.RecordBatch", batch_id: int, *
                        bare_op_column=bare_op_column)
 
 
-def foreach_batch_apply(state_dir: str, schemas: Mapping[str, "str | StructType"] | None = None, *,
+def foreach_batch_apply(state_dir: str, schemas: Mapping[str, str | StructType] | None = None, *,
                         app_id: str | None = None, bare_op_column: str | None = None,
                         storage_options: Mapping[str, str] | None = None,
                         on_result: Callable[[ApplyResult], None] | None = None
-                        ) -> Callable[["DataFrame", int], None]:
+                        ) -> Callable[[DataFrame, int], None]:
     """``writeStream.foreachBatch(foreach_batch_apply(state_dir, schemas))``: :func:`apply_batch` per batch.
 
     ``app_id`` defaults to the streaming query's id (kept in the checkpoint, so a restarted query
@@ -150,7 +151,7 @@ def foreach_batch_apply(state_dir: str, schemas: Mapping[str, "str | StructType"
     """
     store = DeltaStore(state_dir, storage_options)
 
-    def apply_fn(batch_df: "DataFrame", batch_id: int) -> None:
+    def apply_fn(batch_df: DataFrame, batch_id: int) -> None:
         qid = app_id or _query_id(batch_df)
         if not qid:
             raise ValueError("foreach_batch_apply: no streaming query id here (Spark Connect?); pass app_id=")
@@ -165,8 +166,8 @@ def foreach_batch_apply(state_dir: str, schemas: Mapping[str, "str | StructType"
 
 
 def read_state(state_dir: str, table: str, *, include_deleted: bool = False, with_meta: bool = False,
-               storage_options: Mapping[str, str] | None = None, spark: "SparkSession | None" = None
-               ) -> "pa.Table | DataFrame":
+               storage_options: Mapping[str, str] | None = None, spark: SparkSession | None = None
+               ) -> pa.Table | DataFrame:
     """The live rows of ``table`` (tombstones excluded): an Arrow table, or a DataFrame with ``spark``.
 
     ``include_deleted`` keeps tombstones, ``with_meta`` the ``_crdb_*`` columns. ``LookupError``
@@ -196,10 +197,10 @@ def state_tables(state_dir: str, storage_options: Mapping[str, str] | None = Non
                   if DeltaTable.is_deltatable(os.path.join(state_dir, n), storage_options=storage_options))
 
 
-def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, "str | StructType"], *,
+def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, str | StructType], *,
                              bare_op_column: str | None = None,
                              on_statement: Callable[[str], None] | None = None
-                             ) -> Callable[["DataFrame", int], None]:
+                             ) -> Callable[[DataFrame, int], None]:
     """``foreachBatch`` that applies each batch with Spark SQL ``MERGE INTO`` on catalog tables.
 
     ``tables`` maps source table names to catalog tables (``{"users": "lake.cdc.users"}``), which
@@ -210,7 +211,7 @@ def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, "s
     unlike the delta-rs path, may add an empty version. Rows of tables not in ``tables`` are ignored.
     """
 
-    def merge_fn(batch_df: "DataFrame", batch_id: int) -> None:
+    def merge_fn(batch_df: DataFrame, batch_id: int) -> None:
         spark = batch_df.sparkSession
         reduced, _, _, _ = split_by_table(_arrow_of(batch_df), bare_op_column=bare_op_column)
         for name, tb in sorted(reduced.items()):
@@ -228,7 +229,7 @@ def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, "s
     return merge_fn
 
 
-def create_table_sql(target: str, schema: "str | StructType", *, using: str = "delta") -> str:
+def create_table_sql(target: str, schema: str | StructType, *, using: str = "delta") -> str:
     """``CREATE TABLE IF NOT EXISTS`` for a catalog state table: the columns and the bookkeeping ones."""
     from ..decode.ddl import to_ddl
 
@@ -236,4 +237,4 @@ def create_table_sql(target: str, schema: "str | StructType", *, using: str = "d
             f"_crdb_hlc STRING, _crdb_order STRING, _crdb_deleted BOOLEAN, _crdb_batch_id BIGINT) USING {using}")
 
 
-__all__ += ["create_table_sql", "table_path", "DeltaStore"]
+__all__ += ["DeltaStore", "create_table_sql", "table_path"]

@@ -10,12 +10,20 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .reduce import TableBatch, after_layouts, source_table, split_by_table
 from .schemas import (
-    BATCH, DELETED, META_COLUMNS, META_PREFIX, SchemaChangeError, as_struct, infer_type,
-    plain_arrow_type, struct_of_arrow,
+    BATCH,
+    DELETED,
+    META_COLUMNS,
+    META_PREFIX,
+    SchemaChangeError,
+    as_struct,
+    infer_type,
+    plain_arrow_type,
+    struct_of_arrow,
 )
 from .sql import merge_clauses, quote_datafusion
 
@@ -23,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["TableCounts", "ApplyResult", "DeltaStore", "apply_arrow", "read_state", "table_path"]
+__all__ = ["ApplyResult", "DeltaStore", "TableCounts", "apply_arrow", "read_state", "table_path"]
 
 _TABLE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 
@@ -98,14 +106,13 @@ class DeltaStore:
         dt = self._tables[name] = DeltaTable(path, storage_options=self.storage_options)
         return dt
 
-    def struct(self, name: str, given: "str | StructType | None") -> "StructType | None":
+    def struct(self, name: str, given: str | StructType | None) -> StructType | None:
         """The table's user columns: the Delta table's, plus columns the given DDL adds.
 
         A given column whose type differs from the table's raises :class:`SchemaChangeError`.
         """
-        from pyspark.sql.types import StructType
-
         import pyarrow as pa
+        from pyspark.sql.types import StructType
 
         dt = self.table(name)
         want = as_struct(given) if given is not None else None
@@ -133,7 +140,7 @@ class DeltaStore:
         done = dt.transaction_version(app_id)
         return done is not None and done >= batch_id
 
-    def write(self, name: str, source: "pa.Table", family_columns: Mapping[str, list[str]], app_id: str,
+    def write(self, name: str, source: pa.Table, family_columns: Mapping[str, list[str]], app_id: str,
               batch_id: int) -> None:
         """One commit: the first batch creates the table, later ones MERGE (adding new columns)."""
         import pyarrow as pa
@@ -170,7 +177,7 @@ class DeltaStore:
         return (*[int(v or 0) for v in row.values()], dt.version())
 
 
-def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple["StructType", list[str]]:
+def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple[StructType, list[str]]:
     """The schema this batch is typed with, after schema evolution; and the columns it adds.
 
     A column the rows carry that the table lacks is added (nullable; typed from the given DDL, else
@@ -207,7 +214,7 @@ def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple["Str
     return StructType(fields), added
 
 
-def apply_arrow(batch: "pa.Table", batch_id: int, *, store: DeltaStore, app_id: str,
+def apply_arrow(batch: pa.Table, batch_id: int, *, store: DeltaStore, app_id: str,
                 schemas: Mapping[str, Any] | None = None, bare_op_column: str | None = None,
                 count: bool = True) -> ApplyResult:
     """Apply one micro-batch (the source's columns as an Arrow table) to the Delta tables of ``store``."""
@@ -244,7 +251,7 @@ def apply_arrow(batch: "pa.Table", batch_id: int, *, store: DeltaStore, app_id: 
 
 
 def read_state(state_dir: str, table: str, *, include_deleted: bool = False, with_meta: bool = False,
-               storage_options: Mapping[str, str] | None = None) -> "pa.Table":
+               storage_options: Mapping[str, str] | None = None) -> pa.Table:
     """The current state of ``table`` as an Arrow table: live rows only (tombstones excluded).
 
     ``include_deleted`` keeps tombstones; ``with_meta`` keeps the bookkeeping columns

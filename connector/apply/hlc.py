@@ -10,7 +10,7 @@ import re
 
 from ..decode.hlc import HLC
 
-__all__ = ["parse_hlc", "order_key", "OP_RANK", "DELETE_RANK", "ORDER_WIDTH"]
+__all__ = ["DELETE_RANK", "OP_RANK", "ORDER_WIDTH", "order_key", "parse_hlc"]
 
 _WALL_ONLY = re.compile(r"[0-9]+\Z")
 

@@ -6,7 +6,8 @@ Pure Python and Arrow: no Spark, no Delta. :mod:`crdb_pubsub.apply.delta` merges
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["INPUT_COLUMNS", "TableBatch", "split_by_table", "BareDeleteError"]
+__all__ = ["INPUT_COLUMNS", "BareDeleteError", "TableBatch", "split_by_table"]
 
 # What the apply helper reads of the source's columns (``data`` only for an enriched schema).
 INPUT_COLUMNS = ("kind", "envelope", "topic", "table_name", "key", "op", "after", "updated", "mvcc_timestamp",
@@ -99,7 +100,7 @@ def _bare_op(after: str, column: str) -> tuple[str | None, str | None]:
     return op, "{" + ", ".join(f"{msgspec.json.encode(k).decode()}: {bytes(v).decode()}" for k, v in row.items()) + "}"
 
 
-def split_by_table(batch: "pa.Table", *, bare_op_column: str | None = None
+def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
                    ) -> tuple[dict[str, TableBatch], int, int, list[str]]:
     """Reduce a batch of source rows: ``({table: TableBatch}, messages, malformed without a table, errors)``.
 
@@ -178,8 +179,8 @@ def split_by_table(batch: "pa.Table", *, bare_op_column: str | None = None
 # -- typing the winners ----------------------------------------------------------------------------
 
 
-def typed_rows(tb: TableBatch, struct: "StructType", keys: list[tuple[str, str]]
-               ) -> tuple[list[_Change], "pa.StructArray"]:
+def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]
+               ) -> tuple[list[_Change], pa.StructArray]:
     """The winner of each group in ``keys`` and its typed values (a struct array aligned with them).
 
     A winner whose values do not fit ``struct`` (too many digits, wrong JSON type) is malformed:
@@ -241,7 +242,7 @@ def after_layouts(winners: list[_Change]) -> tuple[dict[str, list[bytes]], set[t
     return values, layouts
 
 
-def source_table(tb: TableBatch, struct: "StructType", batch_id: int) -> tuple["pa.Table", dict[str, list[str]]]:
+def source_table(tb: TableBatch, struct: StructType, batch_id: int) -> tuple[pa.Table, dict[str, list[str]]]:
     """The MERGE source: one row per key with typed columns and the bookkeeping columns.
 
     Returns the table and, for a family-split table, which columns each family of this batch set.
@@ -317,7 +318,7 @@ def _meta(keys: list[str], winners: list[_Change], deleted: list[bool], batch_id
     }
 
 
-def _table(cols: Mapping[str, Any], user: "pa.Schema") -> "pa.Table":
+def _table(cols: Mapping[str, Any], user: pa.Schema) -> pa.Table:
     import pyarrow as pa
 
     fields = list(user) + [pa.field(KEY, pa.string()), pa.field(HLC_COL, pa.string()), pa.field(ORDER, pa.string()),

@@ -4,17 +4,30 @@ the bookkeeping columns, and the types a new column gets when the changefeed gro
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
 __all__ = [
-    "META_PREFIX", "KEY", "HLC_COL", "ORDER", "DELETED", "BATCH", "FAMILY_ORDER_PREFIX", "META_COLUMNS",
-    "ddl_from_crdb_types", "as_struct", "arrow_schema_of", "struct_of_arrow", "infer_type",
-    "family_order_column", "SchemaChangeError",
+    "BATCH",
+    "DELETED",
+    "FAMILY_ORDER_PREFIX",
+    "HLC_COL",
+    "KEY",
+    "META_COLUMNS",
+    "META_PREFIX",
+    "ORDER",
+    "SchemaChangeError",
+    "arrow_schema_of",
+    "as_struct",
+    "ddl_from_crdb_types",
+    "family_order_column",
+    "infer_type",
+    "struct_of_arrow",
 ]
 
 # Bookkeeping columns of every state table; user columns may not start with META_PREFIX.
@@ -76,7 +89,7 @@ def _spark_type(sql: str, name: str) -> str:
     raise ValueError(f"column {name!r}: no Spark type for CockroachDB type {sql!r}")
 
 
-def as_struct(schema: "str | StructType") -> "StructType":
+def as_struct(schema: str | StructType) -> StructType:
     """A table schema given as Spark DDL or StructType, every column nullable (a tombstone has no values)."""
     from pyspark.sql.types import StructField, StructType
 
@@ -91,14 +104,14 @@ def as_struct(schema: "str | StructType") -> "StructType":
     return StructType([StructField(f.name, f.dataType, True) for f in struct.fields])
 
 
-def arrow_schema_of(struct: "StructType") -> "pa.Schema":
+def arrow_schema_of(struct: StructType) -> pa.Schema:
     """The Arrow schema of a table's user columns (UTC microsecond timestamps, as Delta stores them)."""
     from ..decode.schema import spark_to_arrow
 
     return spark_to_arrow(struct)
 
 
-def plain_arrow_type(t: "pa.DataType") -> "pa.DataType":
+def plain_arrow_type(t: pa.DataType) -> pa.DataType:
     """string_view/large types (delta-rs and DataFusion hand them back) as the plain ones Spark's
     type mapping and pandas know."""
     import pyarrow as pa
@@ -112,7 +125,7 @@ def plain_arrow_type(t: "pa.DataType") -> "pa.DataType":
     return t
 
 
-def struct_of_arrow(schema: "pa.Schema") -> "StructType":
+def struct_of_arrow(schema: pa.Schema) -> StructType:
     """The Spark schema of a Delta table's user columns (its Arrow schema minus the bookkeeping)."""
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
@@ -126,7 +139,7 @@ def struct_of_arrow(schema: "pa.Schema") -> "StructType":
     return StructType(fields)
 
 
-def infer_type(raws: list[bytes]) -> "DataType":
+def infer_type(raws: list[bytes]) -> DataType:
     """The type a new column gets from the JSON values the changefeed sent for it (nulls skipped).
 
     Integers -> BIGINT (DECIMAL(38,0) past int64), other numbers -> DECIMAL(38, largest scale seen)

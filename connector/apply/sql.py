@@ -9,7 +9,7 @@ duplicate or a whole re-run batch changes nothing.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .schemas import BATCH, DELETED, HLC_COL, KEY, ORDER, family_order_column
 

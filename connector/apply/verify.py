@@ -6,13 +6,14 @@ import datetime as _dt
 import decimal
 import json
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["compare_to_ground_truth"]
 
 def _ts(text: str) -> _dt.datetime:
     ts = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=_dt.timezone.utc)
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=_dt.UTC)
 
 
 def _same(dtype: Any, got: Any, want: Any) -> bool:

@@ -4,7 +4,7 @@ bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps."
 from __future__ import annotations
 
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa

@@ -92,7 +92,7 @@ class _Parser:
 
     def _err(self, what: str) -> DDLError:
         if self.i < len(self.tokens):
-            kind, value, at = self.tokens[self.i]
+            _kind, value, at = self.tokens[self.i]
             return DDLError(f"row schema: expected {what} at position {at}, found {value!r} in {self.text!r}")
         return DDLError(f"row schema: expected {what} at end of {self.text!r}")
 

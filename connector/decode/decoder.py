@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ from .inference import schema_from_enriched
 from .schema import COLUMN_NAMES, arrow_schema
 from .vocabulary import ENVELOPES, MODES
 
-__all__ = ["DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched", "MODES", "ENVELOPES"]
+__all__ = ["ENVELOPES", "MODES", "DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched"]
 
 
 class DecodeStats:
@@ -45,7 +46,7 @@ class DecodeStats:
     decoded (in every mode); ``dropped``: malformed messages left out (DROPMALFORMED).
     """
 
-    __slots__ = ("messages", "rows", "malformed", "dropped")
+    __slots__ = ("dropped", "malformed", "messages", "rows")
 
     def __init__(self, messages: int = 0, rows: int = 0, malformed: int = 0, dropped: int = 0) -> None:
         self.messages = messages
@@ -132,7 +133,7 @@ def _converters(struct_json: str) -> tuple[Any, Any]:
     return json_row_converter(struct), csv_conv
 
 
-def _as_list(name: str, values: Any, n: int) -> "list | pa.Array | None":
+def _as_list(name: str, values: Any, n: int) -> list | pa.Array | None:
     """Metadata aligned with the bodies: a list, or an Arrow array kept as it is (no Python objects
     per message: the streaming source passes its columns straight through)."""
     if values is None:
@@ -194,7 +195,7 @@ def _typed_bad(rows: list[Row], schema: pa.Schema) -> bool:
         return str(exc) or type(exc).__name__  # type: ignore[return-value]
 
 
-def _table_name_attribute(table_name: pa.Array, attributes: "list | pa.Array | None", msg_taker: pa.Array | None) -> pa.Array:
+def _table_name_attribute(table_name: pa.Array, attributes: list | pa.Array | None, msg_taker: pa.Array | None) -> pa.Array:
     """The ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
 
     A changefeed created ``WITH topic_name=X, with_table_name_attribute=true`` sends every table to
@@ -217,7 +218,7 @@ def _table_name_attribute(table_name: pa.Array, attributes: "list | pa.Array | N
 
 # -- metadata columns ------------------------------------------------------------------------------
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def _micros(value: Any, i: int) -> int | None:
@@ -229,7 +230,7 @@ def _micros(value: Any, i: int) -> int | None:
         return value
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)  # naive: taken as UTC
+            value = value.replace(tzinfo=_dt.UTC)  # naive: taken as UTC
         delta = value - _EPOCH
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     raise TypeError(f"publish_times[{i}] must be a datetime or int microseconds, got {type(value).__name__}")
@@ -393,7 +394,7 @@ def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, ty
     return slow_rows, slow_err, malformed
 
 
-def _item(values: "list | pa.Array | None", i: int) -> Any:
+def _item(values: list | pa.Array | None, i: int) -> Any:
     if values is None:
         return None
     return values[i].as_py() if isinstance(values, pa.Array) else values[i]

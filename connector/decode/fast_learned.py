@@ -15,7 +15,8 @@ import functools
 import itertools
 import operator
 import re
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -23,8 +24,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import Raw
 
-from .columns import GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, Part, const, first_bytes, hlc_micros_array
-from .columns import raw_column, utf8_bad
+from .columns import (
+    GET_KEY,
+    GET_TOPIC,
+    GET_VALUE,
+    NULL_START,
+    Part,
+    const,
+    first_bytes,
+    hlc_micros_array,
+    raw_column,
+    utf8_bad,
+)
 from .hlc import HLC_TEXT
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
@@ -60,7 +71,7 @@ _LENGTH_KEYS = 4
 class _Layout:
     """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
 
-    __slots__ = ("keys", "wrapper", "outer", "decode", "getters", "inner_getters", "prefixes", "end", "by_length")
+    __slots__ = ("by_length", "decode", "end", "getters", "inner_getters", "keys", "outer", "prefixes", "wrapper")
 
     def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
                  outer: tuple[str, ...] | None = None) -> None:  # fmt: skip
@@ -119,10 +130,10 @@ def layout_of(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
     return _Layout(keys, style, wrapper, outer)
 
 
-def decode_or_none(decode: Callable[[Any], Any], body: "bytes | Raw") -> Any:
+def decode_or_none(decode: Callable[[Any], Any], body: bytes | Raw) -> Any:
     try:
         return decode(body)
-    except Exception:  # not this layout: the next one, or the general path
+    except Exception:  # noqa: BLE001 - not this layout: the next one, or the general path
         return None
 
 
@@ -177,7 +188,7 @@ def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: list[Texts], end
 _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
 
 
-def learn_keys(raw: "bytes | Raw", wrapper: bool) -> tuple[str, ...] | None:
+def learn_keys(raw: bytes | Raw, wrapper: bool) -> tuple[str, ...] | None:
     """The keys of the object ``raw`` (of its ``Value`` inside the v2 wrapper), or None."""
     try:
         obj = _OBJ_DECODE(raw)
@@ -185,7 +196,7 @@ def learn_keys(raw: "bytes | Raw", wrapper: bool) -> tuple[str, ...] | None:
             if list(obj) != ["Key", "Value", "Topic"]:
                 return None
             obj = _OBJ_DECODE(obj["Value"])
-    except Exception:
+    except Exception:  # noqa: BLE001 - not this layout: the general path decides
         return None
     return tuple(obj)
 
@@ -193,7 +204,7 @@ def learn_keys(raw: "bytes | Raw", wrapper: bool) -> tuple[str, ...] | None:
 _PAYLOAD_KEYS = frozenset(("payload", "schema"))
 
 
-def learn_payload(raw: "bytes | Raw", wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def learn_payload(raw: bytes | Raw, wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}`` (inside the
     v2 wrapper's ``Value``), or None when ``raw`` is not of that form."""
     try:
@@ -206,7 +217,7 @@ def learn_payload(raw: "bytes | Raw", wrapper: bool) -> tuple[tuple[str, ...], t
         if "payload" not in obj or not _PAYLOAD_KEYS.issuperset(outer) or bytes(obj["payload"])[:1] != b"{":
             return None
         return tuple(_OBJ_DECODE(obj["payload"])), outer
-    except Exception:
+    except Exception:  # noqa: BLE001 - not this layout: the general path decides
         return None
 
 
@@ -231,13 +242,13 @@ class Matched:
     key: list[Raw] | None = None
     topic: list[str] | None = None
     schema: list[Raw] | None = None
-    frame: "Frame | None" = None
+    frame: Frame | None = None
     envelope: str = "auto"
     parsed: list[Any] | None = None
     getters: dict[str, Callable[[Any], Raw]] = dataclasses.field(default_factory=dict)
     ascii: np.ndarray | None = None
     after: pa.Array | None = None
-    built: dict[str, "Col"] = dataclasses.field(default_factory=dict)
+    built: dict[str, Col] = dataclasses.field(default_factory=dict)
 
     def raws(self, name: str) -> list[Raw] | None:
         """The raw values of key ``name`` ("" for the wrapper Key), None when the layout has none."""
@@ -248,7 +259,7 @@ class Matched:
             found = self.values[name] = list(map(self.getters[name], self.parsed))
         return found
 
-    def col(self, name: str, m: int) -> "Col":
+    def col(self, name: str, m: int) -> Col:
         """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
         col = self.built.get(name)
         if col is None:
@@ -320,7 +331,7 @@ def _spaceless_len(texts: Texts) -> np.ndarray:
     )
 
 
-def _spaceless_equal(raws: Texts, parsed: list[Any], stats: "tuple[int, int | None] | None" = None) -> np.ndarray:
+def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int | None] | None = None) -> np.ndarray:
     """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
 
     ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
@@ -356,8 +367,8 @@ Wanted = "tuple[str, ...] | frozenset[str] | None"
 
 
 def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
-                  wanted: "Wanted | Callable[[tuple[str, ...]], Wanted]" = None,
-                  stats: "tuple[int, int | None] | None" = None, payload: bool = False) -> list[Matched]:  # fmt: skip
+                  wanted: Wanted | Callable[[tuple[str, ...]], Wanted] = None,
+                  stats: tuple[int, int | None] | None = None, payload: bool = False) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
     ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
@@ -388,7 +399,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         try:
             parsed = list(map(layout.decode, subset))
             got = pending
-        except Exception:
+        except Exception:  # noqa: BLE001 - one body of another layout: sort them one by one
             parsed = [decode_or_none(layout.decode, b) for b in subset]
             keep = [p is not None for p in parsed]
             got = pending[np.array(keep, dtype=bool)]
@@ -477,7 +488,7 @@ class Col:
             self.present = np.ones(m, dtype=bool)
 
     @classmethod
-    def of(cls, arr: pa.Array) -> "Col":
+    def of(cls, arr: pa.Array) -> Col:
         col = cls.__new__(cls)
         col.arr = arr
         m = len(arr)
@@ -537,7 +548,7 @@ class Col:
 
 
 def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept: Accept,
-           names: tuple[str, ...], col: "Col | None" = None) -> tuple[np.ndarray, dict[str, Col]]:  # fmt: skip
+           names: tuple[str, ...], col: Col | None = None) -> tuple[np.ndarray, dict[str, Col]]:  # fmt: skip
     """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields).
 
     ``col``: the same texts as a column already built (its bytes are then counted, not joined again)."""
@@ -581,13 +592,13 @@ def per_distinct(texts: Sequence[Raw], read: Callable[[bytes], Any]) -> tuple[np
     out: list[Any] = []
     for i, text in enumerate(texts):
         same = seen.setdefault(len(text), [])
-        for known, fine, value in same:
+        for known, fine, value in same:  # noqa: B007 - the match's fine and value are used after the loop
             if known == text:
                 break
         else:
             try:
                 fine, value = True, read(bytes(text))
-            except Exception:  # (Bad, or a decode error the general path meets as well)
+            except Exception:  # noqa: BLE001 - Bad, or a decode error the general path meets as well
                 fine, value = False, None
             same.append((text, fine, value))
         ok[i] = fine

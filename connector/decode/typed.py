@@ -16,12 +16,13 @@ import decimal
 import functools
 import operator
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from pyspark.sql import types as T
 
-__all__ = ["TypedError", "json_row_converter", "csv_row_converter", "struct_column"]
+__all__ = ["TypedError", "csv_row_converter", "json_row_converter", "struct_column"]
 
 
 class TypedError(ValueError):
@@ -72,7 +73,7 @@ def _decimal_from_text(text: str, dtype: T.DecimalType, path: str) -> decimal.De
     if not _NUM_RE.match(text):
         raise TypedError(f"column `{path}`: {_show(text)!s} is not a decimal number")
     value = decimal.Decimal(text)
-    sign, digits, exponent = value.as_tuple()
+    _sign, digits, exponent = value.as_tuple()
     # Trailing zeros after the point carry no value, so 26.30 fits DECIMAL(10,1) without loss.
     scale = 0
     if exponent < 0:
@@ -114,7 +115,7 @@ def _timestamp_from_text(text: str, path: str) -> _dt.datetime:
         if len(frac) > 6 and frac[6:].strip("0"):
             raise TypedError(f"column `{path}`: {text!r} has sub-microsecond digits a Spark TIMESTAMP cannot hold")
         micro = int((frac + "000000")[:6])
-    tz = _dt.timezone.utc
+    tz = _dt.UTC
     if zone and zone not in ("Z", "z"):
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
@@ -122,7 +123,7 @@ def _timestamp_from_text(text: str, path: str) -> _dt.datetime:
     try:
         return _dt.datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz
-        ).astimezone(_dt.timezone.utc)
+        ).astimezone(_dt.UTC)
     except (ValueError, OverflowError) as exc:
         raise TypedError(f"column `{path}`: {text!r} is not a valid timestamp ({exc})") from None
 

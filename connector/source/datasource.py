@@ -27,8 +27,9 @@ Spark, and the driver acknowledges from the recorded slices (:mod:`.executors`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -60,7 +61,7 @@ SHORT_NAME = "crdb_pubsub"
 HAND_BACK_SECONDS = 5.0  # how long a terminated reader may take to hand its messages back
 
 
-def _row_struct(options: SourceOptions) -> "StructType | None":
+def _row_struct(options: SourceOptions) -> StructType | None:
     if not options.rowSchema:
         return None
     from ..decode.ddl import parse_ddl
@@ -85,15 +86,15 @@ class CrdbPubSubDataSource(DataSource):
     def name(cls) -> str:
         return SHORT_NAME
 
-    def schema(self) -> "StructType":
+    def schema(self) -> StructType:
         from ..decode.schema import spark_schema
 
         return spark_schema(_row_struct(self.source_options))
 
-    def streamReader(self, schema: "StructType") -> "CrdbPubSubStreamReader":
+    def streamReader(self, schema: StructType) -> CrdbPubSubStreamReader:
         return CrdbPubSubStreamReader(self.source_options, schema)
 
-    def reader(self, schema: "StructType"):  # noqa: ANN201 - batch reads are deliberately unsupported
+    def reader(self, schema: StructType):
         raise NotImplementedError(
             "crdb_pubsub is a streaming source: use spark.readStream.format('crdb_pubsub'), "
             "with .trigger(availableNow=True) for a one-off drain of the backlog"
@@ -146,10 +147,10 @@ class SlicePartition(InputPartition):
 class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
     """Micro-batch reader. Offsets are ``{"batch": N, "run": R}``; see :mod:`.core.protocol`."""
 
-    def __init__(self, options: SourceOptions, schema: "StructType") -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._options = options
         self._schema = schema
-        self._planner: "OffsetProtocol | None" = None  # driver process only, created on first use
+        self._planner: OffsetProtocol | None = None  # driver process only, created on first use
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -161,7 +162,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             state["_options"] = self._options.model_copy(update={"credentialsJson": None, "credentialsFile": None})
         return state
 
-    def _driver(self) -> "OffsetProtocol":
+    def _driver(self) -> OffsetProtocol:
         if self._planner is None:
             from .core.protocol import protocol_for
             from .lifecycle import configure_logging, on_terminate
@@ -254,7 +255,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     # ---- executor side ----------------------------------------------------------------------
 
-    def read(self, partition: MessagesPartition | SlicePartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: MessagesPartition | SlicePartition) -> Iterator[pa.RecordBatch]:
         """Decode one partition's messages into record batches of the output schema.
 
         With ``receiver=executors`` the task first pulls its slice and records it in the stateDir
@@ -271,7 +272,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 
             yield from self._decoded(from_ipc(partition.ipc), partition)
 
-    def _decoded(self, table: "pa.Table", partition: MessagesPartition | SlicePartition) -> Iterator["pa.RecordBatch"]:
+    def _decoded(self, table: pa.Table, partition: MessagesPartition | SlicePartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
         from ..decode import DecodeStats, decode_messages
@@ -306,7 +307,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             yield batch
 
 
-def _PROGRESS_KINDS():  # noqa: N802 - a constant built lazily (pyarrow import on executors only)
+def _PROGRESS_KINDS():
     import pyarrow as pa
 
     from ..decode.vocabulary import PROGRESS_KINDS

@@ -25,8 +25,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 log = logging.getLogger("crdb_pubsub")
 
@@ -75,7 +75,7 @@ def on_terminate(hand_back: Callable[[], None], *, within: float) -> bool:
 def _safely(fn: Callable[[], None]) -> None:
     try:
         fn()
-    except Exception:  # noqa: BLE001 - the process is ending; say what went wrong
+    except Exception:
         log.exception("handing held messages back failed")
 
 

@@ -10,8 +10,8 @@ Counters only grow and are safe to change from any thread; gauges are computed w
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Counters:
 
     def __init__(self, names: Iterable[str] = COUNTERS) -> None:
         self._lock = threading.Lock()
-        self._values = {n: 0 for n in names}
+        self._values = dict.fromkeys(names, 0)
 
     def add(self, name: str, n: int = 1) -> None:
         if not n:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from ..decode.vocabulary import ENVELOPES, MODES
-
 
 _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P<sub>[^/]+)$")
 _TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")
@@ -212,7 +212,7 @@ class SourceOptions(BaseModel):
     # ---- cross-field checks -------------------------------------------------------------------
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SourceOptions":
+    def _consistent(self) -> SourceOptions:
         if self.credentialsFile is not None and self.credentialsJson is not None:
             raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
         if self.deadLetterTopic is not None:

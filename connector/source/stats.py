@@ -17,7 +17,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("crdb_pubsub.stats")
 

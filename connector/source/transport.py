@@ -17,8 +17,9 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 T = TypeVar("T")
 
@@ -44,7 +45,7 @@ class CredentialsError(RuntimeError):
 
 def load_credentials(
     *, emulator_host: str | None, credentials_json: str | None = None, credentials_file: str | None = None
-) -> "Credentials | None":
+) -> Credentials | None:
     """Credentials for the real service, or ``None`` against the emulator."""
     if emulator_host:
         return None
@@ -84,8 +85,8 @@ def load_credentials(
     return creds
 
 
-def subscriber_client(emulator_host: str | None, credentials: "Credentials | None" = None, *,
-                      endpoint: str | None = None) -> "SubscriberClient":
+def subscriber_client(emulator_host: str | None, credentials: Credentials | None = None, *,
+                      endpoint: str | None = None) -> SubscriberClient:
     """A GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery):
     plaintext to an emulator, else TLS with ``credentials`` to ``endpoint`` (default: the global one)."""
     from google.pubsub_v1 import SubscriberClient
@@ -99,8 +100,8 @@ def subscriber_client(emulator_host: str | None, credentials: "Credentials | Non
     return SubscriberClient(credentials=credentials)
 
 
-def publisher_client(emulator_host: str | None, credentials: "Credentials | None" = None, *,
-                     endpoint: str | None = None) -> "PublisherClient":
+def publisher_client(emulator_host: str | None, credentials: Credentials | None = None, *,
+                     endpoint: str | None = None) -> PublisherClient:
     """A GAPIC ``PublisherClient`` built the same way as :func:`subscriber_client`."""
     from google.pubsub_v1 import PublisherClient
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
@@ -237,7 +238,7 @@ def per_id_failures(exc: BaseException) -> dict[str, str] | None:
 class Rpc:
     """The source's RPCs on one ``SubscriberClient``, each bounded by its :class:`Policy`."""
 
-    def __init__(self, client: "SubscriberClient", *, sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, client: SubscriberClient, *, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self._sleep = sleep
@@ -291,7 +292,7 @@ class Rpc:
             left = end - self._clock()
             try:
                 return fn(max(0.05, min(policy.attempt, left)))
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:
                 pause = backoff.next()
                 if not is_transient(exc) or self._clock() + pause >= end:
                     raise
@@ -378,7 +379,7 @@ def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None
     return pull
 
 
-def rpc_for(options: "SourceOptions") -> Rpc:
+def rpc_for(options: SourceOptions) -> Rpc:
     """The :class:`Rpc` the options describe: their endpoint (or emulator) and credentials."""
     credentials = load_credentials(**options.credential_kwargs())
     return Rpc(subscriber_client(options.effective_emulator_host, credentials, endpoint=options.endpoint))

@@ -8,7 +8,8 @@ serialised once when it is sealed, and the executors read it back without copyin
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

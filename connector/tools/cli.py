@@ -16,7 +16,8 @@ import json
 import os
 import shutil
 import sys
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 # The emulator's command line is part of this one: one parser flavour, one usage error.
 from crdb_pubsub.emulator.__main__ import OneLineErrorParser as _Parser
@@ -24,7 +25,7 @@ from crdb_pubsub.emulator.__main__ import UsageError
 from crdb_pubsub.emulator.__main__ import positive_integer as _positive_int
 from crdb_pubsub.emulator.__main__ import positive_number as _positive_float
 
-__all__ = ["main", "build_parser", "tail"]
+__all__ = ["build_parser", "main", "tail"]
 
 PROG = "crdb-pubsub"
 
@@ -178,7 +179,7 @@ def _publish_time(m: Any) -> _dt.datetime | None:
     pt = m.publish_time
     if pt is None:
         return None
-    return pt if pt.tzinfo else pt.replace(tzinfo=_dt.timezone.utc)
+    return pt if pt.tzinfo else pt.replace(tzinfo=_dt.UTC)
 
 
 _RAW_JSON = ("key", "before", "after", "source")

@@ -163,9 +163,8 @@ def test_decimal_and_bigint_are_exact_and_bad_values_are_malformed_not_applied(t
 
 def test_schema_is_inferred_once_with_decimals(tmp_path: Path):
     apply([change(1, hlc(BASE + 1), balance="26.30", big="9223372036854775807")], 0, tmp_path, schemas={})
-    from deltalake import DeltaTable
-
     import pyarrow as pa
+    from deltalake import DeltaTable
 
     schema = pa.schema(DeltaTable(str(tmp_path / "accounts")).schema().to_arrow())
     assert schema.field("balance").type == pa.decimal128(38, 2) and schema.field("big").type == pa.int64()
@@ -214,9 +213,9 @@ def _bare(key: int, at: str, op: str | None, **cols) -> bytes:
 
 
 def test_bare_envelope_deletes_need_an_op_column_and_then_apply(tmp_path: Path):
-    from crdb_pubsub import decode_messages
-
     import pyarrow as pa
+
+    from crdb_pubsub import decode_messages
 
     def bare_batch(bodies):
         return pa.Table.from_batches([decode_messages(bodies, message_ids=[str(i) for i in range(len(bodies))])])

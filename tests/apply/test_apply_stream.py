@@ -7,8 +7,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from conftest import publish_simulated
 
+from conftest import publish_simulated
 from crdb_pubsub.apply import compare_to_ground_truth, foreach_batch_apply, read_state
 from crdb_pubsub.tools.simulator import primary_keys, spark_schemas
 

@@ -12,8 +12,9 @@ import dataclasses
 import json
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest

@@ -25,7 +25,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared"  # ../shared beside the 
 CRDB = [json.loads(line) for line in (SHARED / "conformance" / "crdb_examples.jsonl").read_text().splitlines()]
 DBZ = [json.loads(line) for line in (SHARED / "conformance" / "debezium_examples.jsonl").read_text().splitlines()]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from crdb_pubsub import decode_messages
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # As in Debezium's PostgreSQL connector docs ("Transaction metadata"): BEGIN and END events.
 BEGIN = b'{"status":"BEGIN","id":"571:53195829","ts_ms":1486500577125,"event_count":null,"data_collections":null}'

@@ -21,7 +21,7 @@ from crdb_pubsub.decode.ddl import DDLError, parse_ddl, to_ddl
 from crdb_pubsub.decode.envelopes import Context, decode_body
 from crdb_pubsub.decode.schema import COLUMN_NAMES, arrow_schema
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
 

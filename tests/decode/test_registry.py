@@ -15,7 +15,7 @@ from crdb_pubsub.decode.vocabulary import ENVELOPES
 def test_every_family_module_declares_one_family_in_a_distinct_order():
     orders = [f.order for f in registry.FAMILIES]
     assert len(set(orders)) == len(orders)
-    assert ENVELOPES == ("auto", *registry.NAMES)
+    assert ("auto", *registry.NAMES) == ENVELOPES
 
 
 def test_a_new_envelope_is_one_module(tmp_path, monkeypatch):
@@ -66,7 +66,7 @@ def test_a_family_brings_its_own_fast_path(monkeypatch):
         idx = np.array([i for i, b in enumerate(bodies) if b.startswith(b'{"ROW"')], dtype=np.int64)
         m = len(idx)
         none = pa.nulls(m, pa.string())
-        cols = {name: none for name in ("topic", "table_name", "key", "before", "updated", "mvcc_timestamp")}
+        cols = dict.fromkeys(("topic", "table_name", "key", "before", "updated", "mvcc_timestamp"), none)
         cols.update(kind=const("row", m), envelope=const("shouting", m), op=const("u", m),
                     after=pa.array([bodies[i].decode() for i in idx]),
                     commit_time=pa.nulls(m, pa.timestamp("us", tz="UTC")))  # fmt: skip

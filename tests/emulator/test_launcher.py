@@ -23,10 +23,10 @@ from crdb_pubsub.emulator import (
     EmulatorUnavailable,
     create_topic_and_subscription,
     emulator,
+    launcher,
     pubsub_clients,
     start_emulator,
 )
-from crdb_pubsub.emulator import launcher
 from emulator_policy import emulator_required, start_emulator_or_skip
 
 PY = sys.executable

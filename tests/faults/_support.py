@@ -15,8 +15,9 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 FULL = os.environ.get("CRDB_PUBSUB_FAULTS_FULL", "") not in ("", "0", "false", "no")
 
@@ -168,7 +169,7 @@ class MetricsSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fault-metrics")
 
-    def __enter__(self) -> "MetricsSampler":
+    def __enter__(self) -> MetricsSampler:
         self._thread.start()
         return self
 

@@ -21,8 +21,17 @@ import pytest
 
 from conftest import PROJECT, pull_ids
 
-from ._support import (BatchFileSink, MetricsSampler, dead_letter_subscription, publish_many, report, row_body, scaled,
-                       tally, wait_until)
+from ._support import (
+    BatchFileSink,
+    MetricsSampler,
+    dead_letter_subscription,
+    publish_many,
+    report,
+    row_body,
+    scaled,
+    tally,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 

@@ -34,7 +34,7 @@ SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
 def _kill_rounds(host: str, topic: str, sub: str, tmp: Path, log: Path, rounds: int, per_round: int,
-                 rng: random.Random, *, state: bool, **job: object) -> tuple[list[str], list[str]]:
+                 rng: random.Random, *, state: bool | str, **job: object) -> tuple[list[str], list[str]]:
     """``rounds`` times: publish ``per_round`` messages, start the job, SIGKILL it at a point of a
     shuffled mix of pull/plan/ack; (every id published, where each kill landed)."""
     modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
@@ -48,7 +48,7 @@ def _kill_rounds(host: str, topic: str, sub: str, tmp: Path, log: Path, rounds: 
     return published, kills
 
 
-def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool, **job: object) -> list[str]:
+def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool | str, **job: object) -> list[str]:
     """An AvailableNow run on the same checkpoint that must succeed; every message id in the sink."""
     final = _start(host, sub, tmp, log, state=state, available_now=True, **job)
     try:
@@ -61,14 +61,11 @@ def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool, **jo
     return sink_column(tmp / "out")["message_id"].to_pylist()
 
 
-def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool, available_now: bool,
+def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool | str, available_now: bool,
            **job: object) -> subprocess.Popen:
     cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE, **job)
-    fh = open(log, "ab")
-    try:
+    with open(log, "ab") as fh:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
-    finally:
-        fh.close()
 
 
 def _numbered(d: Path) -> set[int]:
@@ -119,11 +116,12 @@ def _kill_at(proc: subprocess.Popen, mode: str, rng: random.Random, tmp: Path, l
         proc.wait(30)
 
 
-@pytest.mark.parametrize("state", [True, False], ids=["stateDir", "no-stateDir"])
-def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_path, state):
+@pytest.mark.parametrize("state", ["posix", "gcs", None], ids=["stateDir", "stateDir-gs", "no-stateDir"])
+def test_driver_sigkill_at_random_points(request, emulator_host, make_subscription, tmp_path, state):
     rounds = scaled(5, 12, "CRDB_PUBSUB_SIGKILL_ROUNDS")
     per_round = scaled(1000, 2500)
     rng = random.Random(SEED + (1 if state else 0))
+    state = request.getfixturevalue("gcs_state_url") if state == "gcs" else state == "posix"
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     log = tmp_path / "job.log"
     published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=state)
@@ -133,7 +131,7 @@ def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_p
     got = _final_drain(emulator_host, sub, tmp_path, log, state=state)
     lost, duplicated, unexpected = tally(published, got)
     report(
-        "driver-sigkill" + ("-stateDir" if state else "-no-stateDir"),
+        "driver-sigkill" + ("-stateDir-gs" if isinstance(state, str) else "-stateDir" if state else "-no-stateDir"),
         published=len(published), lost=lost, duplicated=duplicated, kills=len(kills), kill_points=kills,
         sink_rows=len(got), seed=SEED,
     )
@@ -143,24 +141,25 @@ def test_driver_sigkill_at_random_points(emulator_host, make_subscription, tmp_p
         assert duplicated == 0, f"{duplicated} duplicates with stateDir after kills at {kills}"
 
 
-@pytest.mark.parametrize("partitions", [2, 4])
-def test_executors_receiver_driver_sigkill(emulator_host, make_subscription, tmp_path, partitions):
+@pytest.mark.parametrize("partitions, storage", [(2, "gcs"), (4, "posix")], ids=["2-gs", "4"])
+def test_executors_receiver_driver_sigkill(request, emulator_host, make_subscription, tmp_path, partitions, storage):
     """receiver=executors: the driver SIGKILLed while tasks pull, after a batch was planned, and
     right after a commit; restarted on the same checkpoint and stateDir each time."""
     rounds = scaled(3, 6, "CRDB_PUBSUB_SIGKILL_ROUNDS")
     per_round = scaled(1000, 2500)
     rng = random.Random(SEED + 10 + partitions)
     job = {"receiver": "executors", "num_partitions": partitions}
+    state = request.getfixturevalue("gcs_state_url") if storage == "gcs" else True
 
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     log = tmp_path / "job.log"
-    published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=True,
+    published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=state,
                                     **job)
 
     time.sleep(ACK_DEADLINE + 2)
-    got = _final_drain(emulator_host, sub, tmp_path, log, state=True, **job)
+    got = _final_drain(emulator_host, sub, tmp_path, log, state=state, **job)
     lost, duplicated, unexpected = tally(published, got)
-    report(f"driver-sigkill-executors-{partitions}", published=len(published), lost=lost, duplicated=duplicated,
+    report(f"driver-sigkill-executors-{partitions}" + ("-gs" if storage == "gcs" else ""), published=len(published), lost=lost, duplicated=duplicated,
            kills=len(kills), kill_points=kills, sink_rows=len(got), seed=SEED)
     assert not unexpected
     assert lost == 0, f"{lost} messages lost after kills at {kills}"

@@ -103,7 +103,7 @@ def _drain_available_now(spark, host, sub, mode, out: Path, chk: Path):
 
 def test_permissive_keeps_everything_with_the_right_kinds(spark, emulator_host, make_subscription, tmp_path, flood):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
-    ids, bad_ids, good_ids = _publish(emulator_host, topic, flood)
+    ids, bad_ids, _good_ids = _publish(emulator_host, topic, flood)
     t0 = time.monotonic()
     _drain_available_now(spark, emulator_host, sub, "PERMISSIVE", tmp_path / "out", tmp_path / "chk")
     t = sink_column(tmp_path / "out", ("message_id", "kind"))
@@ -145,7 +145,7 @@ def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(spark, emu
 def test_failfast_names_the_bad_message_and_acknowledges_nothing_of_its_batch(spark, emulator_host, make_subscription,
                                                                                tmp_path, flood):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
-    ids, bad_ids, good_ids = _publish(emulator_host, topic, flood)
+    ids, bad_ids, _good_ids = _publish(emulator_host, topic, flood)
     q = (_reader(spark, emulator_host, sub, "FAILFAST").writeStream.format("parquet")
          .option("path", str(tmp_path / "ff")).option("checkpointLocation", str(tmp_path / "chk-ff")).start())
     with pytest.raises(Exception) as info:

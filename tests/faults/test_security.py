@@ -83,8 +83,8 @@ def test_options_repr_and_errors_hide_credentials(tmp_path, monkeypatch, how):
     # The reader pickled to executors carries no credentials at all.
     import pickle
 
-    from crdb_pubsub.source.datasource import CrdbPubSubStreamReader
     from crdb_pubsub.decode.schema import spark_schema
+    from crdb_pubsub.source.datasource import CrdbPubSubStreamReader
 
     blob = pickle.dumps(CrdbPubSubStreamReader(opts, spark_schema(None)))
     _assert_clean(blob.decode("latin-1"), needles, "the pickled reader")
@@ -120,13 +120,13 @@ def test_credentials_loading_failures_hide_key_material(tmp_path, monkeypatch, c
 def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, caplog):
     """The whole driver path (options -> credentials -> client -> first RPC) with a key whose
     token exchange fails: the ReceiverError and the logs carry no key material."""
-    from crdb_pubsub.source.metrics import Counters
-    from crdb_pubsub.source.driver import make_receiver as _make_receiver
     from crdb_pubsub.source.driver import ReceiverError
+    from crdb_pubsub.source.driver import make_receiver as _make_receiver
+    from crdb_pubsub.source.metrics import Counters
 
     _clean_env(monkeypatch)
     caplog.set_level(logging.DEBUG)
-    info, path, needles = _throwaway_key(tmp_path)
+    info, _path, needles = _throwaway_key(tmp_path)
     # (One variant: each start waits out the receiver's 15 s start timeout; credentialsFile
     # shares everything after loading, which the test above covers.)
     for opts in (parse_options({"subscription": SUB, "credentialsJson": json.dumps(info)}),):
@@ -144,7 +144,7 @@ def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, ca
 def test_spark_driver_output_and_plans_hide_credentials(tmp_path, how, receiver):
     """A real Spark driver (own process, INFO logs): plan strings, the failed query's exception
     and everything on its stdout/stderr are free of key material."""
-    info, path, needles = _throwaway_key(tmp_path)
+    _info, path, needles = _throwaway_key(tmp_path)
     job = Path(__file__).with_name("leak_job.py")
     cmd = [sys.executable, str(job), "--subscription", SUB, "--checkpoint", str(tmp_path / "chk"),
            "--receiver", receiver]

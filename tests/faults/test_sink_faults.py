@@ -78,12 +78,13 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
 
 @pytest.mark.parametrize("receiver, state, partitions", [
     ("driver", True, None), ("driver", False, None), ("executors", True, 2),
-    ("driver", True, (4, 2)), ("executors", True, (4, 2)),
-], ids=["driver-stateDir", "driver-no-stateDir", "executors", "driver-resized", "executors-resized"])
-def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path,
-                                                 receiver, state, partitions):
+    ("driver", "gcs", (4, 2)), ("executors", "gcs", (4, 2)),
+], ids=["driver-stateDir", "driver-no-stateDir", "executors", "driver-resized-gs", "executors-resized-gs"])
+def test_failing_sink_then_restart_loses_nothing(request, spark, emulator_host, make_subscription, publish,
+                                                 tmp_path: Path, receiver, state, partitions):
     """A batch fails in the sink; the query is started again on its checkpoint, with the same
-    options or (``resized``) with half the partitions, as a user does after resizing a cluster."""
+    options or (``resized``) with half the partitions, as a user does after resizing a cluster
+    (those with the stateDir on gs://)."""
     deadline = 3
     n = scaled(2000, 20_000)
     topic, sub = make_subscription(ack_deadline_seconds=deadline)
@@ -101,7 +102,7 @@ def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subs
     sink = BatchFileSink(tmp_path / "sink", before=fail_second)
     opts: dict[str, object] = {"ackDeadlineSeconds": deadline, "maxMessagesPerTrigger": 250, "receiver": receiver}
     if state:
-        opts["stateDir"] = str(tmp_path / "state")
+        opts["stateDir"] = request.getfixturevalue("gcs_state_url") if state == "gcs" else str(tmp_path / "state")
     before, after = partitions if isinstance(partitions, tuple) else (partitions, partitions)
 
     def run(parts: int | None):
@@ -125,7 +126,7 @@ def test_failing_sink_then_restart_loses_nothing(spark, emulator_host, make_subs
     got = sink.ids()
     lost, duplicated, unexpected = tally(ids, got)
     report(
-        f"failing-sink-{receiver}" + ("-stateDir" if state else "-no-stateDir")
+        f"failing-sink-{receiver}" + ("-stateDir-gs" if state == "gcs" else "-stateDir" if state else "-no-stateDir")
         + (f"-partitions-{before}-to-{after}" if before != after else ""), published=len(ids), lost=lost,
         duplicated=duplicated, failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
     )

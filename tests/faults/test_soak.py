@@ -25,8 +25,19 @@ from pathlib import Path
 
 import pytest
 
-from ._support import (MetricsSampler, cmdline, descendants, publish_many, report, row_body, rss_mb, scaled,
-                       sink_column, tally, wait_until)
+from ._support import (
+    MetricsSampler,
+    cmdline,
+    descendants,
+    publish_many,
+    report,
+    row_body,
+    rss_mb,
+    scaled,
+    sink_column,
+    tally,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 

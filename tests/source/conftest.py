@@ -4,7 +4,8 @@ built the way Spark builds them (``DataSource(options).streamReader(schema)``)."
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,9 @@ FAKE_HOST = "127.0.0.1:1"  # never dialled: the client factory is replaced by th
 @pytest.fixture
 def fake(monkeypatch) -> FakePubSub:
     """A :class:`FakePubSub` that every reader built in the test talks to."""
-    import crdb_pubsub.source.transport as transport
-
     import importlib
+
+    import crdb_pubsub.source.transport as transport
 
     service = FakePubSub()
     monkeypatch.setattr(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())

@@ -108,7 +108,7 @@ def test_ack_requests_are_bounded_in_time(emulator_host, make_subscription, publ
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
-    from _proxy import TcpProxy  # noqa: E402
+    from _proxy import TcpProxy
 
     from .conftest import build_reader
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import PROJECT, pull_ids
+from conftest import pull_ids
 from crdb_pubsub.source.options import OptionError, parse_options
 
 SUB = "projects/p/subscriptions/sub-x"

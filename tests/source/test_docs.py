@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 
 import pytest
-from spark_calls import Logs, SparkCalls
 
 from crdb_pubsub.decode import decode_messages
 from crdb_pubsub.source.datasource import CrdbPubSubDataSource
 from crdb_pubsub.source.metrics import METRICS
 from crdb_pubsub.source.options import SourceOptions, option_table, parse_options
 from crdb_pubsub.tools import readme
+from spark_calls import Logs, SparkCalls
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

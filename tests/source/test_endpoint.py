@@ -22,7 +22,7 @@ def test_endpoint_is_validated_like_the_other_options():
     for bad in ("us-east1-pubsub.googleapis.com", "host:0", "host:99999", "https://x:443"):
         with pytest.raises(OptionError, match="endpoint"):
             parse_options({"subscription": SUB, "endpoint": bad})
-    with pytest.raises(OptionError, match="endpoint.*emulatorHost|emulatorHost.*endpoint"):
+    with pytest.raises(OptionError, match=r"endpoint.*emulatorHost|emulatorHost.*endpoint"):
         parse_options({"subscription": SUB, "endpoint": "x.example:443", "emulatorHost": "127.0.0.1:8085"})
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import time
 import tracemalloc
 
 import pyarrow as pa
+import pytest
 
 from spark_calls import Logs, SparkCalls
 

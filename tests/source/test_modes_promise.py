@@ -390,8 +390,9 @@ def _reachable(root, *leave_out: type) -> int:
 def test_ids_sent_to_the_tasks_are_bounded_in_time_and_size(fake, make_reader, tmp_path, monkeypatch):
     """receiver=executors: acknowledgements Pub/Sub does not confirm are remembered, and the tasks
     are told not to yield those messages again, but not forever, and not beyond a bound."""
-    import crdb_pubsub.source.pubsub.remembered as remembered
     from google.api_core import exceptions as gexc
+
+    import crdb_pubsub.source.pubsub.remembered as remembered
 
     monkeypatch.setattr(remembered, "MAX_REMEMBERED_IDS", 250, raising=False)
     fake.create_subscription(SUB, ack_deadline=10)

@@ -82,7 +82,7 @@ def test_executors_receiver_needs_a_state_dir(monkeypatch):
 
 def test_unknown_receiver_names_the_accepted_values(monkeypatch):
     _clean_env(monkeypatch)
-    with pytest.raises(OptionError, match="receiver.*driver.*executors"):
+    with pytest.raises(OptionError, match=r"receiver.*driver.*executors"):
         parse_options({"subscription": SUB, "receiver": "workers"})
 
 
@@ -92,7 +92,7 @@ def test_state_dir_urls_other_than_gs_fail_fast(monkeypatch, receiver, url):
     """A URL the source can't keep its state in must not silently become a local directory named
     after its scheme: it fails at load(), naming the option and the accepted forms."""
     _clean_env(monkeypatch)
-    with pytest.raises(OptionError, match="stateDir.*gs://bucket"):
+    with pytest.raises(OptionError, match=r"stateDir.*gs://bucket"):
         parse_options({"subscription": SUB, "receiver": receiver, "stateDir": url})
 
 

@@ -3,9 +3,9 @@ dedupe window counted from *their own* acknowledgement (scenario 2)."""
 
 from __future__ import annotations
 
-import pytest
-
 import time
+
+import pytest
 
 from spark_calls import Logs, SparkCalls
 

@@ -435,7 +435,7 @@ def test_legacy_wrapper() -> None:
     for m in _rows(msgs):
         text = m.data.decode()
         assert text.startswith('{"key":[') and ',"value":{"after":' in text
-        assert text.endswith(',"topic":"%s"}' % m.topic)
+        assert text.endswith(f',"topic":"{m.topic}"}}')
         assert text.startswith('{"key":' + m.key.replace(", ", ",") + ',"value":')
         assert m.ordering_key == m.key and m.key == crdb_json(json.loads(m.key))
         assert "<" not in text and ">" not in text and "&" not in text  # Go's json.Marshal escapes them
@@ -491,7 +491,7 @@ def test_a_few_hundred_events_are_fast() -> None:
 class _FakePublisher:
     """Records publishes; completes every future at once with a fresh message id."""
 
-    class publisher_options:  # noqa: N801 - mimics the client's attribute
+    class publisher_options:
         enable_message_ordering = False
 
     def __init__(self) -> None:
@@ -520,7 +520,7 @@ def test_publish_shuffles_and_duplicates_deterministically() -> None:
         return report, pub, reference
 
     report, pub, reference = run()
-    report2, pub2, _ = run()
+    _report2, pub2, _ = run()
     assert pub.sent == pub2.sent
     assert pub.created == [f"projects/p/topics/{t}" for t in ("users", "vehicles", "rides")]
     sent = [d for _, d, _ in pub.sent]
@@ -541,7 +541,7 @@ def test_publish_surfaces_failures_and_checks_ordering() -> None:
             fut.set_exception(RuntimeError("boom"))
             return fut
 
-    with pytest.raises(RuntimeError, match="publishes failed.*boom"):
+    with pytest.raises(RuntimeError, match=r"publishes failed.*boom"):
         ChangefeedSimulator(seed=20).publish(Failing(), "p", 5)
     with pytest.raises(ValueError, match="legacy_wrapper"):
         ChangefeedSimulator(legacy_wrapper=True).publish(_FakePublisher(), "p", 5)
@@ -565,9 +565,8 @@ def test_cli_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.integration
 def test_publish_to_emulator_and_pull_back() -> None:
     from crdb_pubsub.emulator import subscriber_client
-    from emulator_policy import emulator_or_skip
-
     from crdb_pubsub.tools.simulator import make_publisher
+    from emulator_policy import emulator_or_skip
 
     project = "crdb-sim-test"
     sim = ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50,

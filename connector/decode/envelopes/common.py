@@ -8,7 +8,8 @@ names the field and the problem.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from msgspec import Raw
@@ -29,8 +30,19 @@ class Row:
     """One decoded change row, before it becomes Arrow columns."""
 
     __slots__ = (
-        "kind", "envelope", "topic", "table_name", "key", "op", "before", "after",
-        "updated", "mvcc_timestamp", "commit_us", "resolved", "source",
+        "after",
+        "before",
+        "commit_us",
+        "envelope",
+        "key",
+        "kind",
+        "mvcc_timestamp",
+        "op",
+        "resolved",
+        "source",
+        "table_name",
+        "topic",
+        "updated",
     )  # fmt: skip
 
     def __init__(self, kind: str, envelope: str) -> None:
@@ -52,7 +64,7 @@ class Row:
 class Context:
     """Per-call settings for the general decoder."""
 
-    __slots__ = ("envelope", "convert", "csv_convert")
+    __slots__ = ("convert", "csv_convert", "envelope")
 
     def __init__(
         self,
@@ -136,7 +148,7 @@ def describe(buf: bytes) -> str:
         _ANY.decode(stripped)
     except RecursionError:
         return "JSON nested too deep"
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever the parser refuses is invalid JSON
         return "invalid JSON"
     return f"a JSON {kind_of(stripped)}"
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..columns import Part
 from . import families
@@ -75,7 +76,7 @@ class Family:
     decode: Callable[[Value, bytes, Context, str], list[Row]] = _body_only
     claims: Callable[[Value, set[str], str], bool] = _never
     refuse: Callable[[Value], str] | None = None
-    body: Callable[[bytes, str, Context], "list[Row] | None"] | None = None
+    body: Callable[[bytes, str, Context], list[Row] | None] | None = None
     fast: FastPath | None = None
 
 

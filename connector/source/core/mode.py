@@ -7,8 +7,9 @@ leaser, acker) must not call back into the protocol.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..state.ledger import Ledger, Recovered
@@ -25,7 +26,7 @@ class Limits:
 class Mode(Protocol):
     """A receiver mode: who pulls, where a batch's messages are kept, how they are acknowledged."""
 
-    def start(self, ledger: "Ledger | None", recovered: "Recovered | None") -> None:
+    def start(self, ledger: Ledger | None, recovered: Recovered | None) -> None:
         """Open the subscriptions and start.
 
         Called once, at the first Spark call that starts the reader, with the stateDir's ledger

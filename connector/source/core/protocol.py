@@ -31,7 +31,8 @@ import logging
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..metrics import Counters
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS
@@ -59,7 +60,7 @@ class OffsetProtocol:
     mode's own locks are taken under it, never the other way round.
     """
 
-    def __init__(self, options: "SourceOptions", mode: Mode, counters: Counters) -> None:
+    def __init__(self, options: SourceOptions, mode: Mode, counters: Counters) -> None:
         self._opts = options
         self._mode = mode
         self.counters = counters
@@ -127,9 +128,9 @@ class OffsetProtocol:
         """
         run = run_of(offset)
         if run is None:
-            if self._run is None and (offset is None or batch_of(offset) == 0):
-                if self._ledger is not None and self._ledger.has_committed_history():
-                    self._ledger.claim(None, self._opts.subscription_paths, fresh=True)
+            fresh = self._run is None and (offset is None or batch_of(offset) == 0)
+            if fresh and self._ledger is not None and self._ledger.has_committed_history():
+                self._ledger.claim(None, self._opts.subscription_paths, fresh=True)
             return
         if self._run is None:
             self._run = run
@@ -274,7 +275,7 @@ class OffsetProtocol:
         log.info("crdb_pubsub source: %s", self.report())
 
 
-def protocol_for(options: "SourceOptions", mode_factory: Callable[["SourceOptions", Counters], Mode]) -> OffsetProtocol:
+def protocol_for(options: SourceOptions, mode_factory: Callable[[SourceOptions, Counters], Mode]) -> OffsetProtocol:
     """The protocol over the mode ``mode_factory`` builds (with the counters both share)."""
     counters = Counters()
     return OffsetProtocol(options, mode_factory(options, counters), counters)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -48,8 +49,8 @@ class DriverMode:
     ``_recovered`` need no lock of their own); the receiver's threads never touch them.
     """
 
-    def __init__(self, options: "SourceOptions", counters: Counters, *,
-                 receiver_factory: Callable[["SourceOptions", Counters], Receiver] | None = None) -> None:
+    def __init__(self, options: SourceOptions, counters: Counters, *,
+                 receiver_factory: Callable[[SourceOptions, Counters], Receiver] | None = None) -> None:
         self._opts = options
         self.counters = counters
         self._receiver_factory = receiver_factory or make_receiver
@@ -249,7 +250,7 @@ def _chunks_of(table: pa.Table) -> list[Chunk]:
     return out
 
 
-def make_receiver(options: "SourceOptions", counters: Counters) -> Receiver:
+def make_receiver(options: SourceOptions, counters: Counters) -> Receiver:
     from .. import transport
 
     return Receiver(

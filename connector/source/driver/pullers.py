@@ -48,7 +48,7 @@ class Sent:
 class Puller:
     """One thread pulling ``sub`` into ``receiver`` until ``stopping`` is set."""
 
-    def __init__(self, receiver: "Receiver", rpc: Rpc, flow: FlowControl, sub: str, index: int,
+    def __init__(self, receiver: Receiver, rpc: Rpc, flow: FlowControl, sub: str, index: int,
                  stopping: threading.Event) -> None:
         self._receiver = receiver
         self._rpc = rpc

@@ -25,7 +25,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

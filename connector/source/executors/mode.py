@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +63,7 @@ AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 class _Slice:
     """A recorded slice the driver leases until its batch commits."""
 
-    __slots__ = ("chunks", "info", "later", "acks")
+    __slots__ = ("acks", "chunks", "info", "later")
 
     def __init__(self, chunks: list[Chunk], later: list[Chunk], info: SliceInfo, acks: pa.Table) -> None:
         self.chunks = chunks  # rows to acknowledge when the batch commits
@@ -79,7 +80,7 @@ class ExecutorsMode:
     remembered ids' locks are taken under it, never the other way round.
     """
 
-    def __init__(self, options: "SourceOptions", counters: Counters, *, rpc: Rpc | None = None) -> None:
+    def __init__(self, options: SourceOptions, counters: Counters, *, rpc: Rpc | None = None) -> None:
         assert options.stateDir, "receiver=executors needs stateDir (checked by the options)"
         self._opts = options
         self.counters = counters
@@ -359,7 +360,7 @@ class ExecutorsMode:
         while not self._stop.wait(SCAN_SECONDS):
             try:
                 self._scan()
-            except Exception:  # noqa: BLE001 - the scan must outlive any single failure
+            except Exception:
                 log.exception("looking for slices in the stateDir failed")
 
     def _scan(self) -> None:
@@ -409,9 +410,9 @@ class ExecutorsMode:
                 if pull.last_sent < max(pull.shadow_until, self._shadow.get(sub, 0.0)):
                     return False
                 info = self._subs.get(sub)
-                if info is not None and info.ordered:
-                    if bid in self._unanswered or any(x.info.subs.get(sub, pull).kept for x in slices):
-                        return False
+                held = bid in self._unanswered or any(x.info.subs.get(sub, pull).kept for x in slices)
+                if info is not None and info.ordered and held:
+                    return False
         return bool(slices)
 
     def _on_unproven(self, sub: str) -> None:

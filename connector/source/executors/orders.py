@@ -26,7 +26,7 @@ class Plan:
                 "cutoff_us": self.cutoff_us}
 
     @classmethod
-    def of(cls, raw: dict) -> "Plan":
+    def of(cls, raw: dict) -> Plan:
         return cls(int(raw["parts"]), int(raw["max_messages"]), int(raw["max_bytes"]), raw.get("cutoff_us"))
 
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:

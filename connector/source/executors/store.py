@@ -75,7 +75,7 @@ class SliceInfo:
         return {b"crdb_pubsub_slice": json.dumps(asdict(self)).encode()}
 
     @classmethod
-    def of(cls, schema: pa.Schema) -> "SliceInfo":
+    def of(cls, schema: pa.Schema) -> SliceInfo:
         raw = json.loads((schema.metadata or {})[b"crdb_pubsub_slice"])
         raw["subs"] = {s: SubscriptionPull(**v) for s, v in raw.get("subs", {}).items()}
         return cls(**raw)

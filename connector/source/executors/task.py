@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,8 +36,17 @@ from ..storage.lease import Lease
 from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
 from .orders import SliceOrder
-from .store import (CLAIM_MARGIN_SECONDS, CLAIM_TTL_SECONDS, KEEP, LATER, REDELIVERY, SLICE_SCHEMA, SliceConflict,
-                    SliceInfo, SliceStore, SubscriptionPull)
+from .store import (
+    CLAIM_MARGIN_SECONDS,
+    CLAIM_TTL_SECONDS,
+    KEEP,
+    LATER,
+    REDELIVERY,
+    SLICE_SCHEMA,
+    SliceInfo,
+    SliceStore,
+    SubscriptionPull,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..options import SourceOptions
@@ -49,7 +59,7 @@ RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive a
 
 
 @contextlib.contextmanager
-def pulled_slice(options: "SourceOptions", order: SliceOrder) -> Iterator[pa.Table]:
+def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table]:
     """The messages of ``order``'s slice to yield (:data:`MESSAGE_SCHEMA`), for the duration of the
     ``with``: the recorded slice if one exists, else a new one, pulled and recorded first. The
     leases of a new slice are kept until the ``with`` ends (Spark consumed the rows), then
@@ -76,7 +86,7 @@ def pulled_slice(options: "SourceOptions", order: SliceOrder) -> Iterator[pa.Tab
             keeper.extend(chunks, order.lease_seconds)
 
 
-def _pull_and_record(options: "SourceOptions", order: SliceOrder, store: SliceStore, claim: Lease
+def _pull_and_record(options: SourceOptions, order: SliceOrder, store: SliceStore, claim: Lease
                      ) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
     rpc = _rpc(options)
     keeper = Leaser(rpc.modify_ack_deadline, lease_seconds=order.lease_seconds,
@@ -280,7 +290,7 @@ def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evi
             evidence.shadow_until = max(evidence.shadow_until, sent_wall + timeout + deadline)
             immediately = True
             continue
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             if not is_transient(exc):
                 raise
             evidence.shadow_until = max(evidence.shadow_until, sent_wall + timeout + deadline)
@@ -350,10 +360,10 @@ def _accept(rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled, 
 
 
 _RPCS: dict[tuple, Rpc] = {}
-_STORAGES: dict[str, "Storage"] = {}
+_STORAGES: dict[str, Storage] = {}
 
 
-def _storage(state_dir: str) -> "Storage":
+def _storage(state_dir: str) -> Storage:
     """One storage per Python worker and stateDir (a Cloud Storage client costs tens of ms to make)."""
     storage = _STORAGES.get(state_dir)
     if storage is None:
@@ -361,7 +371,7 @@ def _storage(state_dir: str) -> "Storage":
     return storage
 
 
-def _rpc(options: "SourceOptions") -> Rpc:
+def _rpc(options: SourceOptions) -> Rpc:
     """One client per Python worker and endpoint (Spark reuses workers across tasks)."""
     kwargs = options.credential_kwargs()
     key = (options.effective_emulator_host, options.endpoint, hash(kwargs["credentials_json"]),

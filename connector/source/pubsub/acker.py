@@ -13,8 +13,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..transport import AckResult, Rpc
 
@@ -86,7 +86,7 @@ class Acker:
                 result = self._send(job)
                 if job.on_done is not None:
                     job.on_done(result)
-            except Exception:  # noqa: BLE001 - one bad callback must not stop acknowledgements
+            except Exception:
                 log.exception("acknowledgement bookkeeping failed")
             finally:
                 with self._idle:
@@ -101,7 +101,7 @@ class Acker:
                 result = self._rpc.modify_ack_deadline(job.sub, job.ack_ids, 0, total=job.total)
         except Exception as exc:  # noqa: BLE001 - reported per ack id like any failure
             reason = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
-            result = AckResult(failed={a: reason for a in job.ack_ids})
+            result = AckResult(failed=dict.fromkeys(job.ack_ids, reason))
         if result.failed:
             first = next(iter(result.failed.values()))
             log.warning("%s of %d message(s) on %s failed (%s)%s", "acknowledging" if job.kind == ACK else "handing back",

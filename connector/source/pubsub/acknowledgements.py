@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..metrics import Counters
 from ..transport import AckResult
@@ -95,7 +95,7 @@ class Acknowledgements:
         self.remembered.add(sub, [m for m, _ in pairs], self._clock() + self._unproven_memory)
         self.acker.submit(Job(ACK, sub, [a for _, a in pairs]))
 
-    def _answer(self, sub: str, chunks: list[Chunk], gen: Generation | None, commit: "_Commit") -> Callable[[AckResult], None]:
+    def _answer(self, sub: str, chunks: list[Chunk], gen: Generation | None, commit: _Commit) -> Callable[[AckResult], None]:
         def done(result: AckResult) -> None:
             answered = self._clock()
             exactly_once = sub in self._exactly_once

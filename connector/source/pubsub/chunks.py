@@ -13,7 +13,7 @@ id whose lease has lapsed.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -34,8 +34,23 @@ class Chunk:
     and ``proven_until``. The other fields never change.
     """
 
-    __slots__ = ("sub", "message_ids", "ack_ids", "stale", "batch", "nbytes", "largest", "oldest_us",
-                 "first_received", "lease_until", "renew_at", "given_up", "proven_until", "state", "_pos")
+    __slots__ = (
+        "_pos",
+        "ack_ids",
+        "batch",
+        "first_received",
+        "given_up",
+        "largest",
+        "lease_until",
+        "message_ids",
+        "nbytes",
+        "oldest_us",
+        "proven_until",
+        "renew_at",
+        "stale",
+        "state",
+        "sub",
+    )
 
     def __init__(self, sub: str, message_ids: list[str], ack_ids: list[str], batch: pa.RecordBatch | None,
                  nbytes: int, largest: int, first_received: float, *, stale: bool = False,
@@ -90,7 +105,7 @@ class Chunk:
             return list(self.ack_ids)
         return [a for i, a in enumerate(self.ack_ids) if i not in self.stale]
 
-    def split(self, n: int) -> tuple["Chunk", "Chunk"]:
+    def split(self, n: int) -> tuple[Chunk, Chunk]:
         """The first ``n`` messages and the rest, as two chunks with the same lease state."""
         assert self.batch is not None and 0 < n < len(self)
         head_batch, tail_batch = self.batch.slice(0, n), self.batch.slice(n)

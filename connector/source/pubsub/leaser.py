@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..transport import AckResult
 from .chunks import DONE, Chunk
@@ -114,7 +114,7 @@ class Leaser:
         while not self._stop.wait(TICK_SECONDS):
             try:
                 self._tick()
-            except Exception:  # noqa: BLE001 - the leaser must outlive any single failure
+            except Exception:
                 log.exception("lease renewal round failed")
 
     def _tick(self) -> None:

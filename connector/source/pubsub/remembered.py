@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -110,11 +110,11 @@ class IdSet:
         return out
 
     @classmethod
-    def of(cls, mids: Sequence[str]) -> "IdSet":
+    def of(cls, mids: Sequence[str]) -> IdSet:
         nums, other = numeric(list(mids))
         return cls(np.unique(nums), frozenset(other))
 
-    def union(self, other: "IdSet") -> "IdSet":
+    def union(self, other: IdSet) -> IdSet:
         if not len(other):
             return self
         if not len(self):

@@ -37,9 +37,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pyarrow as pa
 
@@ -136,7 +136,7 @@ class Ledger:
     leaf lock except for the lease's own (taken under it by every fenced write).
     """
 
-    def __init__(self, state_dir: "str | Storage", *, wait_seconds: float, window_seconds: float,
+    def __init__(self, state_dir: str | Storage, *, wait_seconds: float, window_seconds: float,
                  unconfirmed_seconds: float, run: str | None = None, wall: Callable[[], float] = time.time,
                  max_unconfirmed: int = 20_000_000) -> None:
         """Take the stateDir's lease, waiting up to ``wait_seconds`` for its holder to release it.
@@ -335,7 +335,7 @@ class Ledger:
         with self._lock:
             self._pending.difference_update(keys)
 
-    def committed(self, batch_id: int, rows: "Sequence[tuple[str, str, str]] | pa.Table") -> None:
+    def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]] | pa.Table) -> None:
         """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id),
         as tuples or as a table of those three string columns."""
         if len(rows):
@@ -478,7 +478,7 @@ def _read_table(storage: Storage, key: str) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _acked_table(rows: "Sequence[tuple[str, str, str]] | pa.Table", acked_at: float) -> pa.Table:
+def _acked_table(rows: Sequence[tuple[str, str, str]] | pa.Table, acked_at: float) -> pa.Table:
     """(sub, message id, ack id) rows, stamped with the wall time of their acknowledgement."""
     schema = ACKED_SCHEMA.with_metadata({"acked_at": repr(acked_at)})
     if isinstance(rows, pa.Table):

@@ -19,8 +19,9 @@ Leases (one holder at a time, with an expiry) are built once over ``read_version
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["ObjectInfo", "Storage", "StorageError", "open_storage"]
 

@@ -30,9 +30,10 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import ObjectInfo
@@ -182,7 +183,7 @@ class GcsStorage:
         meta = {k: v for k, v in (blob.metadata or {}).items() if not k.startswith(RESERVED)}
         return ObjectInfo(size=int(blob.size), version=int(blob.generation), metadata=meta)
 
-    def open_input(self, key: str) -> "GcsInputFile | None":
+    def open_input(self, key: str) -> GcsInputFile | None:
         name = self._name(key)
         with self._bucket() as bucket:
             blob = bucket.get_blob(name, timeout=self.timeout)

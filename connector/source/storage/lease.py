@@ -32,8 +32,8 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 
 from . import Storage
 
@@ -116,7 +116,7 @@ class Lease:
             "released": released,
         }, separators=(",", ":")).encode()
 
-    def acquire(self, wait: float, *, poll: float = 0.5, gone: Callable[[dict], bool] | None = None) -> "Lease":
+    def acquire(self, wait: float, *, poll: float = 0.5, gone: Callable[[dict], bool] | None = None) -> Lease:
         """Take the lease, waiting up to ``wait`` seconds for the current holder's lease to expire or
         be released; returns ``self``. ``gone(holder)`` may say that an unexpired holder is known
         to have ended (its process is gone from this host): its lease is taken at once, as a
@@ -209,7 +209,7 @@ class Lease:
                     self._lost = "released"
                     self._generation = None
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -289,7 +289,7 @@ def _parse(data: bytes, where: str) -> dict:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def _describe(holder: dict, record: dict) -> str:

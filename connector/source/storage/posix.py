@@ -26,9 +26,9 @@ import os
 import struct
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 from . import ObjectInfo, StorageError
 from ._keys import check_key, check_metadata, check_prefix
@@ -129,7 +129,7 @@ class PosixStorage:
             return None
         try:
             size = mm.size()
-            version, meta_len = self._parse_trailer(path, size, mm.read_at(min(size, _TRAILER.size),
+            _version, meta_len = self._parse_trailer(path, size, mm.read_at(min(size, _TRAILER.size),
                                                                           max(0, size - _TRAILER.size)))
             # A zero-copy view of the mapped data; the mapping lives as long as the view.
             return pa.BufferReader(mm.read_at(size - _TRAILER.size - meta_len, 0))
@@ -138,7 +138,7 @@ class PosixStorage:
 
     def _read(self, path: Path, *, with_data: bool) -> tuple[bytes, ObjectInfo] | None:
         try:
-            fh = open(path, "rb")
+            fh = open(path, "rb")  # noqa: SIM115 - only the open may find no file; the read is a with below
         except FileNotFoundError:
             return None
         with fh:
@@ -208,7 +208,7 @@ class PosixStorage:
         if not base.is_dir():
             return
         # Left-overs: temporary files of killed writers, lock sidecars, and folders now empty.
-        for dirpath, dirnames, filenames in os.walk(base, topdown=False):
+        for dirpath, _dirnames, filenames in os.walk(base, topdown=False):
             rel = os.path.relpath(dirpath, self.root)
             rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
             for name in filenames:

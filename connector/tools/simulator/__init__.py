@@ -32,24 +32,25 @@ from .messages import SimMessage
 from .publish import PublishReport, make_publisher, make_subscriber
 from .tables import DATABASE, SCHEMA, TABLES, Column, Table, primary_keys, spark_schemas
 from .values import INT8_MAX
+
 __all__ = [
-    "ChangefeedSimulator",
+    "DATABASE",
     "HLC",
     "INT8_MAX",
-    "Column",
-    "Table",
-    "DATABASE",
     "SCHEMA",
-    "SimMessage",
-    "PublishReport",
     "TABLES",
-    "spark_schemas",
-    "primary_keys",
+    "ChangefeedSimulator",
+    "Column",
+    "PublishReport",
+    "SimMessage",
+    "Table",
+    "build_arg_parser",
     "crdb_json",
+    "main",
     "make_publisher",
     "make_subscriber",
-    "build_arg_parser",
+    "primary_keys",
     "simulator_from_args",
-    "main",
+    "spark_schemas",
 ]
 

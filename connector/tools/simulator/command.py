@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .core import ChangefeedSimulator
 from .messages import ENVELOPES

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
-from .clock import Clock, HLC
+from .clock import HLC, Clock
 from .encoding import crdb_json, json_string
 from .messages import OPS, SimMessage, source_schema, struct_schema, validate
 from .publish import PublishReport, delivery_plan, ensure_topics, ordering_enabled, publish_plan
@@ -292,9 +293,9 @@ class ChangefeedSimulator:
 
     def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
         if self.options.envelope == "bare":
-            data = ('{"__crdb__":{"resolved":"%s"}}' % hlc).encode()
+            data = (f'{{"__crdb__":{{"resolved":"{hlc}"}}}}').encode()
         else:
-            data = ('{"resolved":"%s"}' % hlc).encode()
+            data = (f'{{"resolved":"{hlc}"}}').encode()
         for topic, table in self._topic_tables():
             for t in ([table] if table else self.options.tables):
                 self._stats[t]["resolved"] += 1
@@ -333,7 +334,7 @@ class ChangefeedSimulator:
         duplicate_fraction: float = 0.0,
         on_progress: Callable[[int, int], None] | None = None,
         timeout: float = 120.0,
-    ) -> "PublishReport":
+    ) -> PublishReport:
         """Publish the messages of ``events(n_rows)`` with a google-cloud-pubsub ``PublisherClient``.
 
         Creates missing topics first (``create_topics``). Delivery order is the commit order,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
-
+from typing import Any
 
 # CockroachDB's encoder (pkg/util/json) is Go's string escaper without HTML escaping: quote,
 # backslash, \n \r \t, other control bytes as \u00xx (lowercase hex), and U+2028/U+2029.
@@ -18,13 +18,13 @@ _HTML_RE = re.compile("[<>&]")
 
 def _escape_char(m: re.Match[str]) -> str:
     ch = m.group(0)
-    return _ESCAPES.get(ch) or "\\u%04x" % ord(ch)
+    return _ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
 
 
 def json_string(s: str, escape_html: bool) -> str:
     out = _ESCAPE_RE.sub(_escape_char, s)
     if escape_html:
-        out = _HTML_RE.sub(lambda m: "\\u%04x" % ord(m.group(0)), out)
+        out = _HTML_RE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", out)
     return '"' + out + '"'
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .tables import TABLES, Column
 

@@ -6,7 +6,8 @@ import concurrent.futures
 import dataclasses
 import random
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .messages import SimMessage
 
@@ -95,7 +96,7 @@ def publish_plan(publisher: Any, project: str, plan: list[SimMessage], rate: flo
         submitted.append((msg.topic, publisher.publish(path, msg.data, **kwargs)))
         if on_progress and (i + 1) % 1000 == 0:
             on_progress(i + 1, len(plan))
-    done, not_done = concurrent.futures.wait([f for _, f in submitted], timeout=timeout)
+    _done, not_done = concurrent.futures.wait([f for _, f in submitted], timeout=timeout)
     elapsed = time.monotonic() - start
     ids: dict[str, list[str]] = {}
     errors: list[str] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import random
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
-
+from typing import Any
 
 _CITIES = ("amsterdam", "boston", "los angeles", "new york", "paris", "rome", "san francisco",
            "seattle", "washington dc", "münchen", "東京")

@@ -15,11 +15,8 @@ from google.api_core import exceptions as gexc
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 
-import pytest
-
 from crdb_pubsub.source.driver import Receiver
 from crdb_pubsub.source.transport import Rpc
-
 
 SUB = "projects/p/subscriptions/sub-race"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from crdb_pubsub.source.driver import Receiver
-from crdb_pubsub.source.pubsub.chunks import Chunk, sizes_of
 from crdb_pubsub.source.driver.flow import FIRST_PULL_MESSAGES, FlowControl
+from crdb_pubsub.source.pubsub.chunks import Chunk, sizes_of
 from crdb_pubsub.source.transport import Rpc
 from crdb_pubsub.source.wire import messages_batch
 

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from conftest import pull_ids
-from crdb_pubsub.source.options import parse_options
 from crdb_pubsub.source.core.protocol import protocol_for
 from crdb_pubsub.source.driver import DriverMode, Receiver, ReceiverError
+from crdb_pubsub.source.options import parse_options
 from crdb_pubsub.source.transport import Rpc, chunk_ack_ids, subscriber_client
 from crdb_pubsub.source.wire import from_ipc
 

@@ -25,7 +25,7 @@ DEADLINE = 3
 PARTITIONS = [2, 4]
 
 
-def _reader(spark, host: str, sub: str, state: Path, partitions: int, **options):
+def _reader(spark, host: str, sub: str, state: Path | str, partitions: int, **options):
     r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
          .option("receiver", "executors").option("stateDir", str(state)).option("numPartitions", str(partitions))
          .option("ackDeadlineSeconds", str(DEADLINE)))
@@ -122,7 +122,7 @@ def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make
     assert replayed, "the failed batch was not run again"
 
 
-def _kill_a_task_mid_pull(state: Path, stop: threading.Event) -> list[int]:
+def _kill_a_task_mid_pull(state: Path | str, stop: threading.Event) -> list[int]:
     """SIGKILL the Python worker of the first task seen holding its claim with no slice recorded
     yet (its claim's lease names its pid): an executor lost mid-pull. The pids killed."""
     from crdb_pubsub.source.storage import open_storage
@@ -142,13 +142,13 @@ def _kill_a_task_mid_pull(state: Path, stop: threading.Event) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("partitions", PARTITIONS)
-def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscription, publish, tmp_path: Path,
-                                            partitions):
+@pytest.mark.parametrize("partitions, storage", [(2, "gcs"), (4, "posix")], ids=["2-gs", "4"])
+def test_task_killed_mid_pull_loses_nothing(request, spark, emulator_host, make_subscription, publish,
+                                            tmp_path: Path, partitions, storage):
     n = scaled(2000, 10_000)
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     ids = publish(topic, [row_body(i) for i in range(n)])
-    state = tmp_path / "state"
+    state = request.getfixturevalue("gcs_state_url") if storage == "gcs" else tmp_path / "state"
     sink = BatchFileSink(tmp_path / "sink")
 
     def run():
@@ -173,7 +173,7 @@ def test_task_killed_mid_pull_loses_nothing(spark, emulator_host, make_subscript
     assert killed, "no task was caught pulling"
     assert died and q.exception() is not None, "the query survived a task whose Python worker died (local mode does not retry)"
     last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
-    report(f"executors-task-killed-{partitions}", published=n, lost=lost, duplicated=duplicated,
+    report(f"executors-task-killed-{partitions}" + ("-gs" if storage == "gcs" else ""), published=n, lost=lost, duplicated=duplicated,
            redeliveries_dropped=last.get("redeliveriesDropped"))
     assert not unexpected
     assert lost == 0 and duplicated == 0

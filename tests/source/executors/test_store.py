@@ -13,8 +13,7 @@ import pytest
 
 from crdb_pubsub.source.executors import store as store_module
 from crdb_pubsub.source.executors.orders import SliceOrder
-from crdb_pubsub.source.executors.store import (KEEP, REDELIVERY, SLICE_SCHEMA, SliceConflict, SliceInfo,
-                                                SliceStore)
+from crdb_pubsub.source.executors.store import KEEP, REDELIVERY, SLICE_SCHEMA, SliceConflict, SliceInfo, SliceStore
 from crdb_pubsub.source.executors.task import pulled_slice
 from crdb_pubsub.source.options import parse_options
 from crdb_pubsub.source.storage import open_storage

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from conftest import PROJECT
-from crdb_pubsub.source.options import OptionError, parse_options
 from crdb_pubsub.source.driver import Receiver, ReceiverError
+from crdb_pubsub.source.options import OptionError, parse_options
 from crdb_pubsub.source.transport import Rpc, subscriber_client
 
 # The README's template: one table, plus resolved messages (they carry no attributes).

@@ -13,13 +13,47 @@ import numpy as np
 import pyarrow as pa
 from msgspec import Raw
 
-from ...columns import ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, OBJ_START, OFFSET_LIMIT, TooLarge, const, raw_column
-from ...columns import table_names
-from ...fast_learned import CRDB_STYLE, ENCODE, SIMPLE_KEY, V2_CRDB, Accept, LearnedFast, Matched
-from ...fast_learned import commit_from_hlc, decode_or_none, interleave, layout_of, learn_keys, nested
+from ...columns import (
+    ARR_START,
+    GET_KEY,
+    GET_TOPIC,
+    GET_VALUE,
+    OBJ_START,
+    OFFSET_LIMIT,
+    TooLarge,
+    const,
+    raw_column,
+    table_names,
+)
+from ...fast_learned import (
+    CRDB_STYLE,
+    ENCODE,
+    SIMPLE_KEY,
+    V2_CRDB,
+    Accept,
+    LearnedFast,
+    Matched,
+    commit_from_hlc,
+    decode_or_none,
+    interleave,
+    layout_of,
+    learn_keys,
+    nested,
+)
 from ...hlc import HLC_QUOTED
-from ..common import Bad, Context, Row, convert, hlc_field, key_text, kind_of, parse_object, string_field
-from ..common import table_from_topic, with_commit_time
+from ..common import (
+    Bad,
+    Context,
+    Row,
+    convert,
+    hlc_field,
+    key_text,
+    kind_of,
+    parse_object,
+    string_field,
+    table_from_topic,
+    with_commit_time,
+)
 from ..registry import Family
 from .resolved import resolved_row
 
@@ -106,7 +140,7 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     idx = np.arange(len(raws))
     try:
         parsed = list(map(_BARE_WRAP_DECODE, raws))
-    except Exception:  # some are not {Key, Value, Topic}: the others still may be
+    except Exception:  # noqa: BLE001 - some are not {Key, Value, Topic}: the others still may be
         parsed = [decode_or_none(_BARE_WRAP_DECODE, b) for b in raws]
         keep = [p is not None for p in parsed]
         idx, parsed, raws = idx[np.array(keep, dtype=bool)], list(itertools.compress(parsed, keep)), list(
@@ -120,7 +154,7 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     layout = layout_of(keys, CRDB_STYLE, False)
     try:
         inner = list(map(layout.decode, values))
-    except Exception:  # other keys in some: keep the ones of this layout
+    except Exception:  # noqa: BLE001 - other keys in some: keep the ones of this layout
         inner = [decode_or_none(layout.decode, v) for v in values]
         keep = [p is not None for p in inner]
         idx = idx[np.array(keep, dtype=bool)]

@@ -9,7 +9,7 @@ from ..common import Bad, Context, Row
 from ..registry import Family
 
 
-def _body(body: bytes, env: str, ctx: Context) -> "list[Row] | None":
+def _body(body: bytes, env: str, ctx: Context) -> list[Row] | None:
     if env != "csv":
         return None
     assert ctx.csv_convert is not None

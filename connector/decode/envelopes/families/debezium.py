@@ -14,11 +14,33 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START
-from ...fast_learned import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE, NULL_STR, PLAIN_STRING, LearnedFast, Matched
-from ...fast_learned import image, micros_array, nested, per_distinct, row_columns
+from ...fast_learned import (
+    COMPACT,
+    COMPACT_SCHEMA,
+    COMPACT_STYLE,
+    NULL_STR,
+    PLAIN_STRING,
+    LearnedFast,
+    Matched,
+    image,
+    micros_array,
+    nested,
+    per_distinct,
+    row_columns,
+)
 from ...hlc import MAX_MICROS
-from ..common import Bad, Context, Row, convert, int_field, object_or_null, op_from_images, parse_object
-from ..common import schema_name, string_field
+from ..common import (
+    Bad,
+    Context,
+    Row,
+    convert,
+    int_field,
+    object_or_null,
+    op_from_images,
+    parse_object,
+    schema_name,
+    string_field,
+)
 from ..registry import Family
 
 _OPS = frozenset(("c", "u", "d", "r", "t", "m"))

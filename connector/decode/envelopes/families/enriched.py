@@ -12,11 +12,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START, table_names
-from ...fast_learned import CRDB_STYLE, NULL_STR, PLAIN_STRING, V2_CRDB, V2_SCHEMA, LearnedFast, Matched
-from ...fast_learned import commit_from_hlc, image, micros_array, nested, per_distinct, row_columns
+from ...fast_learned import (
+    CRDB_STYLE,
+    NULL_STR,
+    PLAIN_STRING,
+    V2_CRDB,
+    V2_SCHEMA,
+    LearnedFast,
+    Matched,
+    commit_from_hlc,
+    image,
+    micros_array,
+    nested,
+    per_distinct,
+    row_columns,
+)
 from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
-from ..common import Bad, Context, Row, fill_images_and_meta, hlc_field, int_field, object_or_null, parse_object
-from ..common import schema_name, short, string_field, table_from_topic
+from ..common import (
+    Bad,
+    Context,
+    Row,
+    fill_images_and_meta,
+    hlc_field,
+    int_field,
+    object_or_null,
+    parse_object,
+    schema_name,
+    short,
+    string_field,
+    table_from_topic,
+)
 from ..registry import Family
 
 _KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns", "updated", "mvcc_timestamp", "topic"))

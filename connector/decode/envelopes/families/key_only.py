@@ -27,7 +27,7 @@ def key_row(body: bytes) -> Row:
     return row
 
 
-def _body(body: bytes, env: str, ctx: Context) -> "list[Row] | None":
+def _body(body: bytes, env: str, ctx: Context) -> list[Row] | None:
     first = body.lstrip(WS)[:1]
     if first == b"[":
         if env not in ("auto", "key_only"):

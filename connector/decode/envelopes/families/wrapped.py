@@ -22,8 +22,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import UNSET, Raw, UnsetType
 
-from ...columns import ARR_START, GET_KEY, GET_TOPIC, GET_VALUE, NULL_START, OBJ_START, const, first_bytes
-from ...columns import hlc_micros_array, raw_column, table_names, utf8_bad
+from ...columns import (
+    ARR_START,
+    GET_KEY,
+    GET_TOPIC,
+    GET_VALUE,
+    NULL_START,
+    OBJ_START,
+    const,
+    first_bytes,
+    hlc_micros_array,
+    raw_column,
+    table_names,
+    utf8_bad,
+)
 from ...hlc import HLC_TEXT
 from ..common import Context, Row, fill_images_and_meta, op_from_images, table_from_topic, with_commit_time
 from ..registry import BatchFast, Family, Part
@@ -99,15 +111,15 @@ _LEGACY_LESS = 1
 _LEGACY_LESS_OPTIONAL = 2
 
 
-def _try_fast(body: bytes) -> "_FWrap | _FLegacy | None":
+def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
     try:
         return _FAST_DECODE(body)
-    except Exception:  # anything unusual is the general path's business
+    except Exception:  # noqa: BLE001 - anything unusual is the general path's business
         pass
     if body.startswith(b'{"key":'):
         try:
             return _LEGACY_DECODE(body)
-        except Exception:
+        except Exception:  # noqa: BLE001 - anything unusual is the general path's business
             pass
     return None
 
@@ -203,7 +215,7 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     try:
         parsed = [_FAST_DECODE(b) for b in bodies]
         idx = np.arange(n)
-    except Exception:
+    except Exception:  # noqa: BLE001 - one unusual body: sort them one by one
         parsed = [_try_fast(b) for b in bodies]
         keep = [p is not None for p in parsed]
         idx = np.flatnonzero(np.array(keep, dtype=bool))
