@@ -117,7 +117,7 @@ def _looks_like_emulator(pid: int) -> bool:
     return "pubsub" in cmdline
 
 
-def _container(container_id: str):  # type: ignore[no-untyped-def]
+def _container(container_id: str):
     import docker
 
     return docker.from_env(timeout=10).containers.get(container_id)

@@ -453,7 +453,7 @@ def _start_sdk(found: SdkEmulator, *, port: int | None, project: str, timeout: f
         else:
             argv = [*found.argv_prefix, f"--host={host}", f"--port={chosen}"]
         owns_log = log_path is None
-        if owns_log:
+        if log_path is None:
             fd, path = tempfile.mkstemp(prefix="crdb-pubsub-emulator-", suffix=".log")
             os.close(fd)
         else:

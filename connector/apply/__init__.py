@@ -193,8 +193,9 @@ def state_tables(state_dir: str, storage_options: Mapping[str, str] | None = Non
 
     if not os.path.isdir(state_dir):
         return []
+    options = dict(storage_options) if storage_options is not None else None  # (deltalake takes only a dict)
     return sorted(n for n in os.listdir(state_dir)
-                  if DeltaTable.is_deltatable(os.path.join(state_dir, n), storage_options=storage_options))
+                  if DeltaTable.is_deltatable(os.path.join(state_dir, n), storage_options=options))
 
 
 def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, str | StructType], *,

@@ -109,7 +109,8 @@ def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
     """
     cols = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
     tables: dict[str, TableBatch] = {}
-    orphan, errors = 0, []
+    orphan = 0
+    errors: list[str] = []
     kinds, names = cols["kind"], cols["table_name"]
     for i, kind in enumerate(kinds):
         if kind not in ("row", "malformed"):
@@ -201,6 +202,7 @@ def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]
         typed, bad = struct_column(images, struct, arrow_type) if len(struct.fields) else (None, None)
         if typed is None and len(struct.fields) == 0:
             return winners, pa.array([{}] * len(winners), pa.struct([]))
+        assert bad is not None  # struct_column ran: a struct without fields returned above
         if not bad.any():
             return winners, typed
         # The bulk path declined some rows: convert them one by one to find the real failures.
@@ -275,13 +277,14 @@ def source_table(tb: TableBatch, struct: StructType, batch_id: int) -> tuple[pa.
     for family, keys in sorted(by_family.items()):
         winners, typed = typed_rows(tb, struct, keys)
         present, _ = after_layouts(winners)
-        idx = [None] * n
+        idx: list[int | None] = [None] * n
         orders: list[str | None] = [None] * n
         for j, ((key, _), w) in enumerate(zip(keys, winners)):
             r = row_of[key]
             idx[r] = j
             orders[r] = w.order
-            if best[r] is None or w.order > best[r].order:
+            prev = best[r]
+            if prev is None or w.order > prev.order:
                 best[r] = w
         take = pa.array(idx, pa.int64())
         mine = [c for c in user.names if c in present and c not in columns]
@@ -294,7 +297,7 @@ def source_table(tb: TableBatch, struct: StructType, batch_id: int) -> tuple[pa.
             columns[c] = pa.nulls(n, f.type)
     keep = [r for r in range(n) if best[r] is not None]  # keys whose every candidate was malformed drop out
     keys_of = list(row_of)
-    winners = [best[r] for r in keep]
+    winners = [w for w in best if w is not None]  # (best[r] for r in keep)
     cols = {c: columns[c] for c in user.names}
     if len(keep) != n:
         taker = pa.array(keep, pa.int64())

@@ -4,7 +4,7 @@ bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps."
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,7 @@ class TooLarge(ValueError):
 
 
 def raw_column(
-    raws: list, valid: np.ndarray | None = None, lengths: np.ndarray | None = None
+    raws: Sequence, valid: np.ndarray | None = None, lengths: np.ndarray | None = None
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """A string array whose values are the given byte strings, built without per-item Python work.
 
@@ -66,7 +66,7 @@ def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
-def utf8_bad(arr: pa.Array, raws: list | None = None) -> np.ndarray | None:
+def utf8_bad(arr: pa.Array, raws: Sequence | None = None) -> np.ndarray | None:
     """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure
     (from ``raws``, the values' texts, or else from the array's own buffers)."""
     try:

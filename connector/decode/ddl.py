@@ -81,6 +81,7 @@ class _Parser:
                     at = pos + len(rest) - len(rest.lstrip())
                     raise DDLError(f"row schema: unexpected character {text[at]!r} at position {at}")
                 break
+            assert m.lastindex is not None  # _TOKEN is one of five groups: a match sets one
             at = m.start(m.lastindex)
             kind = ("quoted", "ident", "int", "string", "punct")[m.lastindex - 1]
             value = m.group(m.lastindex)

@@ -365,7 +365,11 @@ def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, ty
                 fixed.append((i, rows, err))
             results = fixed
 
-    malformed = [(i, err) for i, rows, err in results if rows is None]
+    malformed: list[tuple[int, str]] = []
+    for i, rows, err in results:
+        if rows is None:
+            assert err is not None  # a message has rows or an error, never neither (see above)
+            malformed.append((i, err))
     if malformed and mode == "FAILFAST":
         i, err = malformed[0]
         raise MalformedMessageError(_item(message_ids, i), i, err)

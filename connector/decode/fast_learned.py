@@ -16,7 +16,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 import numpy as np
@@ -137,7 +137,7 @@ def decode_or_none(decode: Callable[[Any], Any], body: bytes | Raw) -> Any:
         return None
 
 
-def interleave(prefixes: list[bytes], columns: list[Texts], end: bytes, m: int) -> bytes:
+def interleave(prefixes: list[bytes], columns: Sequence[Texts], end: bytes, m: int) -> bytes:
     """``prefixes[0] col0[i] prefixes[1] col1[i] ... end`` for every i, as one byte string."""
     stride = 2 * len(columns)
     pieces: list = [b""] * (stride * m)
@@ -149,7 +149,7 @@ def interleave(prefixes: list[bytes], columns: list[Texts], end: bytes, m: int) 
     return b"".join(pieces) + (end if m else b"")
 
 
-def _same_length(raws: Texts, prefixes: list[bytes], columns: list[Texts], end: bytes) -> np.ndarray:
+def _same_length(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts], end: bytes) -> np.ndarray:
     """Mask of the ``raws`` as long as their canonical rebuild (see _Layout.by_length)."""
     m = len(raws)
     want = np.full(m, sum(map(len, prefixes)) + len(end), dtype=np.int64)
@@ -158,7 +158,7 @@ def _same_length(raws: Texts, prefixes: list[bytes], columns: list[Texts], end: 
     return np.fromiter(map(len, raws), dtype=np.int64, count=m) == want
 
 
-def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: list[Texts], end: bytes) -> np.ndarray:
+def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts], end: bytes) -> np.ndarray:
     """Mask of the ``raws`` that equal their rebuild from ``columns`` (byte for byte)."""
     m = len(raws)
     const = sum(map(len, prefixes)) + len(end)
@@ -342,7 +342,10 @@ def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int | Non
     over the batch prove every one (the common case: four bulk counts, no per-message comparison).
     """
     m = len(raws)
-    total, spaces = stats if stats is not None and stats[1] is not None else (sum(map(len, raws)), _spaces(raws))
+    if stats is not None and stats[1] is not None:
+        total, spaces = stats[0], stats[1]
+    else:
+        total, spaces = sum(map(len, raws)), _spaces(raws)
     both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
     if total - spaces == len(both) - (m + 1) - both.count(b" "):
         return np.ones(m, dtype=bool)
@@ -363,7 +366,7 @@ def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> 
     return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
 
 
-Wanted = "tuple[str, ...] | frozenset[str] | None"
+Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"
 
 
 def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
@@ -434,7 +437,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             schema = list(map(_GET_SCHEMA, inner)) if "schema" in outer else None
             inner = list(map(_GET_PAYLOAD, inner))
         # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
-        getters = dict(zip(keys, layout.inner_getters))
+        getters: dict[str, Callable[[Any], Raw]] = dict(zip(keys, layout.inner_getters))
         columns = [list(map(getters[k], inner)) for k in col_keys]
         key = list(map(GET_KEY, parsed)) if wrapper else None
         topic = list(map(GET_TOPIC, parsed)) if wrapper else None
@@ -789,6 +792,7 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
     ascii = np.fromiter(map(bytes.isascii, bodies), dtype=bool, count=len(bodies)) if groups else None
     parts: list[Part] = []
     for g in groups:
+        assert ascii is not None  # made whenever there are groups
         g.ascii = ascii[g.idx]
         g.frame = frame
         g.envelope = envelope

@@ -34,7 +34,7 @@ _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _STR = msgspec.json.Decoder(str)
 _INT_RE = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 _NUM_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
-_INT_RANGES = {
+_INT_RANGES: dict[type[T.DataType], tuple[int, int, str]] = {
     T.ByteType: (-(2**7), 2**7 - 1, "TINYINT"),
     T.ShortType: (-(2**15), 2**15 - 1, "SMALLINT"),
     T.IntegerType: (-(2**31), 2**31 - 1, "INT"),
@@ -74,6 +74,7 @@ def _decimal_from_text(text: str, dtype: T.DecimalType, path: str) -> decimal.De
         raise TypedError(f"column `{path}`: {_show(text)!s} is not a decimal number")
     value = decimal.Decimal(text)
     _sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # _NUM_RE admits only finite numbers: no 'n'/'N'/'F' exponent
     # Trailing zeros after the point carry no value, so 26.30 fits DECIMAL(10,1) without loss.
     scale = 0
     if exponent < 0:
@@ -268,9 +269,9 @@ def _struct_converter(dtype: T.StructType, prefix: str) -> Conv:
         if raw[:1] != b"{":
             raise _wrong(path or "row", "a JSON object", raw)
         values = _OBJ.decode(raw)
-        out = {}
+        out: dict[str, Any] = {}
         for name, conv, nullable, column in fields:
-            item = values.get(name)
+            item: bytes | msgspec.Raw | None = values.get(name)
             if item is not None:
                 item = bytes(item)  # msgspec.Raw does not compare equal to bytes
             if item is None or item == b"null":
@@ -339,7 +340,7 @@ def csv_row_converter(schema: T.StructType) -> Callable[[list[str]], dict]:
     def conv(record: list[str]) -> dict:
         if len(record) != width:
             raise TypedError(f"CSV record has {len(record)} fields, the row schema has {width} columns")
-        out = {}
+        out: dict[str, Any] = {}
         for (name, field_conv, is_string, nullable), text in zip(fields, record):
             if text == "" and not is_string:
                 if not nullable:
@@ -393,7 +394,8 @@ class _BulkSchema:
             rename=dict(zip(names, schema.names)),
             gc=False,
         )
-        self.decode = msgspec.json.Decoder(list[self.struct]).decode
+        # (the row Struct is made at run time, so mypy cannot read it as a type)
+        self.decode = msgspec.json.Decoder(list[self.struct]).decode  # type: ignore[name-defined]
         self.getters = [operator.attrgetter(n) for n in names]
         self.fields = schema.fields
         self.arrow_type = arrow_type

@@ -101,6 +101,7 @@ class CrdbPubSubDataSource(DataSource):
         )
 
 
+assert CrdbPubSubDataSource.__doc__ is not None  # the class has a docstring
 CrdbPubSubDataSource.__doc__ = f"""{CrdbPubSubDataSource.__doc__.rstrip()}
 
     Options (case-insensitive; validated when ``load()`` runs):

@@ -12,7 +12,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
@@ -348,8 +348,10 @@ _CANONICAL = {name.lower(): name for name in SourceOptions.model_fields}
 
 
 # What each option's Field says beyond pydantic's own settings (see the comment on the fields).
-_EXTRAS = {name: dict(field.json_schema_extra or {}) for name, field in SourceOptions.model_fields.items()}
-_DECODE_AS = {name: extra["decode_as"] for name, extra in _EXTRAS.items() if "decode_as" in extra}
+# (every Field here gives json_schema_extra as a dict, never pydantic's callable form)
+_EXTRAS = {name: dict(cast("dict[str, Any]", field.json_schema_extra or {}))
+           for name, field in SourceOptions.model_fields.items()}
+_DECODE_AS: dict[str, str] = {name: extra["decode_as"] for name, extra in _EXTRAS.items() if "decode_as" in extra}
 
 
 def option_table() -> str:

@@ -224,7 +224,7 @@ def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
         pt = r["publish_time"].strftime("%H:%M:%S.%f")[:-3] if r.get("publish_time") else ""
         table = r.get("table_name") or r.get("topic") or ""
         if r["kind"] == "row":
-            detail = r.get("after") if r.get("after") is not None else "(deleted)"
+            detail = r["after"] if r.get("after") is not None else "(deleted)"
             op = r.get("op") or ""
         elif r["kind"] == "resolved":
             op, detail = "resolved", f"resolved {r.get('resolved')}"

@@ -38,7 +38,11 @@ def rewrite(text: str) -> str:
     """``text`` with every generated region it has holding its table."""
     for name in regions(text):
         table = TABLES[name]()
-        text = _region(name).sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
+
+        def fill(m: re.Match[str], t: str = table) -> str:
+            return m.group(1) + t + m.group(3)
+
+        text = _region(name).sub(fill, text)
     return text
 
 

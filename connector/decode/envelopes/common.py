@@ -52,8 +52,9 @@ class Row:
         self.table_name: str | None = None
         self.key: str | None = None
         self.op: str | None = None
-        self.before: bytes | None = None  # exact JSON text; None is SQL NULL (absent or JSON null)
-        self.after: bytes | None = None
+        # The images: exact JSON text, or typed values (row schema, format=csv); None is SQL NULL (absent or JSON null)
+        self.before: bytes | dict[str, Any] | None = None
+        self.after: bytes | dict[str, Any] | None = None
         self.updated: str | None = None
         self.mvcc_timestamp: str | None = None
         self.commit_us: int | None = None

@@ -34,7 +34,8 @@ class FastPath(Protocol):
     decoded under the ``envelope`` option (one of ``envelopes``).
     """
 
-    envelopes: tuple[str, ...]
+    @property
+    def envelopes(self) -> tuple[str, ...]: ...
 
     def likely(self, first: bytes) -> int: ...
 

@@ -474,7 +474,10 @@ def _ipc(table: pa.Table, schema: pa.Schema | None) -> bytes:
 
 
 def _read_table(storage: Storage, key: str) -> pa.Table:
-    with storage.open_input(key) as source:
+    source = storage.open_input(key)
+    if source is None:  # deleted since it was listed; the callers log it as unreadable
+        raise FileNotFoundError(f"stateDir object {key} is gone")
+    with source:
         return pa.ipc.open_file(source).read_all()
 
 

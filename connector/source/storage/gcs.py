@@ -84,7 +84,7 @@ class GcsStorage:
         return {"url": self.description}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["url"])
+        type(self).__init__(self, state["url"])
 
     # ---------------------------------------------------------------- clients
 

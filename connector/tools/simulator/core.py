@@ -151,8 +151,9 @@ class ChangefeedSimulator:
         op = self._pick_op(table)
         rows, live = self._rows[table], self._live[table]
         before: dict[str, Any] | None = None
+        after: dict[str, Any] | None
         if op == "insert":
-            after: dict[str, Any] | None = self._new_row(table)
+            after = self._new_row(table)
             pk = self._pk_text(table, after)
             if pk in rows:  # a 122-bit UUID collision: treat as an update to keep the truth exact.
                 op, before = "update", rows[pk]
@@ -255,7 +256,7 @@ class ChangefeedSimulator:
         if o.key_in_value:
             payload["key"] = key_obj
         if "source" in o.enriched_properties:
-            source = dict(self._source_static, primary_keys=list(t.pk), table_name=t.name)
+            source: dict[str, Any] = dict(self._source_static, primary_keys=list(t.pk), table_name=t.name)
             if o.updated:
                 source["ts_hlc"] = str(hlc)
                 source["ts_ns"] = hlc.wall

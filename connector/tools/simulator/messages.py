@@ -54,7 +54,7 @@ _SOURCE_SCHEMA_FIELDS: tuple[tuple[str, str, bool], ...] = (
 
 def _column_schema(col: Column) -> dict[str, Any]:
     """Kafka-Connect JSON schema of a column, as CockroachDB's kcjsonschema builds it."""
-    base: dict[str, Any] = {
+    schemas: dict[str, dict[str, Any]] = {
         "UUID": {"type": "string"},
         "STRING": {"type": "string"},
         "BYTES": {"type": "bytes"},
@@ -67,7 +67,8 @@ def _column_schema(col: Column) -> dict[str, Any]:
         "STRING[]": {"type": "array", "items": {"optional": False, "type": "string"}},
         "BOOL": {"type": "boolean"},
         "FLOAT": {"type": "float64"},
-    }[col.sql]
+    }
+    base = schemas[col.sql]
     return {"field": col.name, "optional": col.nullable, **base}
 
 
@@ -160,4 +161,4 @@ def _validate_mix(mix: Any) -> tuple[float, float, float]:
         raise ValueError(f"mix: expected (insert, update, delete) weights, got {mix!r}") from None
     if len(weights) != 3 or any(not math.isfinite(w) or w < 0 for w in weights) or weights[0] <= 0:
         raise ValueError(f"mix: need 3 finite weights >= 0 with insert > 0, got {mix!r}")
-    return weights  # type: ignore[return-value]
+    return weights

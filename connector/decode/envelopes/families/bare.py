@@ -223,6 +223,7 @@ def _bare_rows(g: Matched, bodies: list[bytes]) -> pa.Array:
         prefixes = [(b"{" if i == 0 else b", ") + msgspec.json.encode(k) + b": " for i, k in enumerate(columns)]
         values = [g.values[k] for k in columns]
         return raw_column([interleave(prefixes, [[v] for v in row], b"}", 1) for row in zip(*values)])[0]
+    assert g.key is not None and g.topic is not None  # bare layouts sit in the v2 wrapper (V2_CRDB)
     body_len = np.fromiter(map(len, bodies), dtype=np.int64, count=m)
     starts = np.zeros(m, dtype=np.int64)
     np.cumsum(body_len[:-1], out=starts[1:])

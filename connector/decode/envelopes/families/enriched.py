@@ -123,6 +123,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad = ~((key.first == ARR_START) | (key.first == OBJ_START))
     key_objects = key.first == OBJ_START
     if key_objects.any():
+        assert g.key is not None  # the Key column has objects: the layout has a wrapper Key
         # A Key object is parsed by the general path (no repeated key); {payload, schema} (with
         # enriched_properties=schema) gives its payload (an array, an object or null) as the key.
         kok, _ = nested(g.key, key_objects, CRDB_STYLE, lambda keys: set(keys) != _KEY_SCHEMA, (), key)
@@ -150,9 +151,9 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     src = value["source"]
     bad |= ~src.starts(b"{n")
     src_obj = src.present & (src.first == OBJ_START)
-    names = ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns")
+    src_names = ("origin", "table_name", "ts_hlc", "mvcc_timestamp", "ts_ns")
     src_ok, sf = nested(g.values["source"] if src.present.any() else [b""] * m, src_obj, CRDB_STYLE,
-                        lambda keys: True, names, src)  # fmt: skip
+                        lambda keys: True, src_names, src)  # fmt: skip
     bad |= src_obj & ~src_ok
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)

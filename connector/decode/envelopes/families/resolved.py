@@ -62,7 +62,7 @@ def _fast(bodies: list[bytes], envelope: str) -> list[Part]:
         out = names.get(envelope)
         if out is None or not len(short):
             continue
-        found = [(i, m.group(1)) for i in short.tolist() if (m := pattern.match(bodies[i])) is not None]
+        found = [(i, hit.group(1)) for i in short.tolist() if (hit := pattern.match(bodies[i])) is not None]
         if not found:
             continue
         idx = np.array([i for i, _ in found], dtype=np.int64)

@@ -30,8 +30,8 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
     if int(length) != len(events):
         raise Bad(f"webhook batch `length` is {int(length)} but `payload` holds {len(events)} events")
     rows: list[Row] = []
-    for i, event in enumerate(events):
-        event = bytes(event)
+    for i, item in enumerate(events):
+        event = bytes(item)
         where = f"webhook event {i}"
         if event[:1] != b"{":
             raise Bad(f"{where} must be a JSON object, got {kind_of(event)}")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -124,22 +125,24 @@ def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
     return None
 
 
-def _optional_lengths(values: list[Raw | str | UnsetType], fixed: int) -> tuple[np.ndarray | int, np.ndarray | None]:
+def _optional_lengths(values: Sequence[Raw | bytes | str | UnsetType], fixed: int
+                      ) -> tuple[np.ndarray | int, np.ndarray | None]:
     """(length contribution, presence mask or None when all present/all absent) of an optional field."""
     n = len(values)
     absent = values.count(UNSET)
     if absent == n:
         return 0, np.zeros(n, dtype=bool)
+    sized = cast("Sequence[Raw | bytes | str]", values)  # (len is only taken of the present values)
     if absent == 0:
-        return np.fromiter(map(len, values), dtype=np.int64, count=n) + fixed, None
+        return np.fromiter(map(len, sized), dtype=np.int64, count=n) + fixed, None
     present = _present(values)
     lengths = np.zeros(n, dtype=np.int64)
-    lengths[present] = np.fromiter(map(len, itertools.compress(values, present.tolist())), dtype=np.int64,
+    lengths[present] = np.fromiter(map(len, itertools.compress(sized, present.tolist())), dtype=np.int64,
                                    count=n - absent) + fixed  # fmt: skip
     return lengths, present
 
 
-def _present(values: list[Any]) -> np.ndarray:
+def _present(values: Sequence[Any]) -> np.ndarray:
     """Mask of the ``values`` that are not UNSET."""
     n = len(values)
     absent = values.count(UNSET)
@@ -148,13 +151,14 @@ def _present(values: list[Any]) -> np.ndarray:
     return np.fromiter(map(operator.is_not, values, itertools.repeat(UNSET)), dtype=bool, count=n)
 
 
-def _before_column(raws: list[Raw | UnsetType], m: int) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+def _before_column(raws: Sequence[Raw | bytes | UnsetType], m: int
+                   ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
     """The ``before`` images of canonical wrapped bodies: (column, null mask, which bodies had
     the field at all, which are not canonical)."""
     bad = np.zeros(m, dtype=bool)
     _, before_present = _optional_lengths(raws, 0)
     before_all = before_present is None
-    if not (before_all or before_present.any()):
+    if not (before_present is None or before_present.any()):
         return pa.nulls(m, pa.string()), np.ones(m, dtype=bool), np.zeros(m, dtype=bool), bad
     if not before_all:
         raws = [b if b is not UNSET else b"null" for b in raws]
@@ -165,13 +169,13 @@ def _before_column(raws: list[Raw | UnsetType], m: int) -> tuple[pa.Array, np.nd
     utf8 = utf8_bad(before_arr, raws)
     if utf8 is not None:
         bad |= utf8
-    if not before_all:
+    if before_present is not None:
         before_null |= ~before_present
     before_arr = pa.StringArray.from_buffers(
         m, before_arr.buffers()[1], before_arr.buffers()[2],
         pa.py_buffer(np.packbits(~before_null, bitorder="little")),
     )  # fmt: skip
-    had_before = np.ones(m, dtype=bool) if before_all else before_present
+    had_before = np.ones(m, dtype=bool) if before_present is None else before_present
     return before_arr, before_null, had_before, bad
 
 
@@ -212,6 +216,7 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
     n = len(bodies)
     legacy_count = 0
+    parsed: list[_FWrap | _FLegacy | None]  # (None: a body neither decodes; those are left out below)
     try:
         parsed = [_FAST_DECODE(b) for b in bodies]
         idx = np.arange(n)
