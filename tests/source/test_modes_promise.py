@@ -237,17 +237,28 @@ def test_a_commit_acknowledges_slices_a_directory_listing_does_not_show(fake, ma
     monkeypatch.setattr(os, "listdir", lambda p=".": [n for n in real_listdir(p) if not fresh(os.path.join(p, n))])
 
     class _Scan:
+        """``os.scandir``'s iterator, without the entries the listing would miss."""
+
         def __init__(self, p=".") -> None:
             self._it = real_scandir(p)
 
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            while True:
+                e = next(self._it)
+                if not fresh(e.path):
+                    return e
+
         def __enter__(self):
-            return (e for e in self._it if not fresh(e.path))
+            return self
 
         def __exit__(self, *a) -> None:
             self._it.close()
 
-        def __iter__(self):
-            return (e for e in self._it if not fresh(e.path))
+        def close(self) -> None:
+            self._it.close()
 
     monkeypatch.setattr(os, "scandir", _Scan)
     sink = Sink(fake)
