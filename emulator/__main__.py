@@ -40,7 +40,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def argument_type(convert: Callable[[str], Any], not_a: str, ok: Callable[[Any], bool], must: str) -> Callable[[str], Any]:
+def argument_type(
+    convert: Callable[[str], Any], not_a: str, ok: Callable[[Any], bool], must: str
+) -> Callable[[str], Any]:
     """An argparse ``type=`` that converts and range-checks, with one-line errors (both CLIs use it)."""
 
     def parse(text: str) -> Any:
@@ -62,8 +64,12 @@ positive_integer = argument_type(int, "not an integer", lambda v: v > 0, "must b
 
 def _add_start_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=_port, default=None, help="fixed port (default: a free loopback port)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="auto (default; CRDB_PUBSUB_EMULATOR_BACKEND may force one), env, sdk or docker")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto (default; CRDB_PUBSUB_EMULATOR_BACKEND may force one), env, sdk or docker",
+    )
     p.add_argument("--project", default="local-project", help="project id for the readiness probe")
     p.add_argument("--timeout", type=positive_number, default=60.0, help="startup timeout in seconds (default 60)")
 
@@ -72,31 +78,40 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``start``/``env``/``stop``/``run`` subcommands to ``parser`` (for embedding CLIs)."""
     sub = parser.add_subparsers(dest="command", metavar="{start,env,stop,run}", parser_class=OneLineErrorParser)
     sub.required = True
-    p = sub.add_parser("start", help="start a detached emulator and print its export line",
-                       description="Start the emulator in the background (its own session), record it in "
-                                   f"{state_path()}, and print `export PUBSUB_EMULATOR_HOST=...`. "
-                                   "If one is already running, print its line. Use: eval \"$(... start)\"")
+    p = sub.add_parser(
+        "start",
+        help="start a detached emulator and print its export line",
+        description="Start the emulator in the background (its own session), record it in "
+        f"{state_path()}, and print `export PUBSUB_EMULATOR_HOST=...`. "
+        'If one is already running, print its line. Use: eval "$(... start)"',
+    )
     _add_start_options(p)
-    sub.add_parser("env", help="print the export line of the running emulator",
-                   description="Print `export PUBSUB_EMULATOR_HOST=...` for the emulator started by `start`/`run`.")
-    p = sub.add_parser("stop", help="stop the detached emulator (whole process group) and forget it",
-                       description="Stop the emulator recorded by `start` (or a `run` elsewhere). "
-                                   "Succeeds if nothing is running.")
+    sub.add_parser(
+        "env",
+        help="print the export line of the running emulator",
+        description="Print `export PUBSUB_EMULATOR_HOST=...` for the emulator started by `start`/`run`.",
+    )
+    p = sub.add_parser(
+        "stop",
+        help="stop the detached emulator (whole process group) and forget it",
+        description="Stop the emulator recorded by `start` (or a `run` elsewhere). Succeeds if nothing is running.",
+    )
     p.add_argument("--grace", type=positive_number, default=5.0, help="seconds between SIGTERM and SIGKILL")
-    p = sub.add_parser("run", help="run the emulator in the foreground until Ctrl-C",
-                       description="Start the emulator, print its export line, and stop it on Ctrl-C or SIGTERM.")
+    p = sub.add_parser(
+        "run",
+        help="run the emulator in the foreground until Ctrl-C",
+        description="Start the emulator, print its export line, and stop it on Ctrl-C or SIGTERM.",
+    )
     _add_start_options(p)
 
 
 def cmd_start(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """``start``: detached launch; prints the export line on ``out``."""
-    state, started = start_detached(port=args.port, backend=args.backend, project=args.project,
-                                    timeout=args.timeout)
+    state, started = start_detached(port=args.port, backend=args.backend, project=args.project, timeout=args.timeout)
     if state.backend == "env":
         print(f"PUBSUB_EMULATOR_HOST is already set; nothing started ({state.host_port})", file=err)
     elif not started:
-        print(f"already running (backend={state.backend}, {state.host_port}); `stop` first to restart",
-              file=err)
+        print(f"already running (backend={state.backend}, {state.host_port}); `stop` first to restart", file=err)
     else:
         ident = f"pid {state.pid}" if state.pid else f"container {(state.container_id or '')[:12]}"
         print(f"started Pub/Sub emulator (backend={state.backend}, {ident}, log {state.log_path})", file=err)
@@ -177,13 +192,13 @@ def dispatch(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``python -m crdb_pubsub.emulator``; returns the exit code."""
-    parser = OneLineErrorParser(prog="python -m crdb_pubsub.emulator",
-                     description="Start, stop and locate the Google Cloud Pub/Sub emulator.")
+    parser = OneLineErrorParser(
+        prog="python -m crdb_pubsub.emulator", description="Start, stop and locate the Google Cloud Pub/Sub emulator."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log backend choice and timings")
     configure_parser(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     return dispatch(args)
 
 

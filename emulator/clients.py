@@ -23,16 +23,18 @@ def _channel(host_port: str) -> grpc.Channel:
     return insecure_channel(host_port)
 
 
-def publisher_client(host_port: str, *,
-                     publisher_options: pubsub_v1.types.PublisherOptions | None = None,
-                     batch_settings: pubsub_v1.types.BatchSettings | None = None) -> pubsub_v1.PublisherClient:
+def publisher_client(
+    host_port: str,
+    *,
+    publisher_options: pubsub_v1.types.PublisherOptions | None = None,
+    batch_settings: pubsub_v1.types.BatchSettings | None = None,
+) -> pubsub_v1.PublisherClient:
     """A PublisherClient talking plaintext gRPC to ``host_port`` with anonymous credentials.
 
     Pass ``publisher_options=PublisherOptions(enable_message_ordering=True)`` to publish with
     ordering keys. Close with ``client.transport.close()`` (after ``client.stop()`` if you published).
     """
-    transport = PublisherGrpcTransport(host=host_port, channel=_channel(host_port),
-                                       credentials=AnonymousCredentials())
+    transport = PublisherGrpcTransport(host=host_port, channel=_channel(host_port), credentials=AnonymousCredentials())
     return pubsub_v1.PublisherClient(
         publisher_options=publisher_options or (),
         batch_settings=batch_settings or (),
@@ -43,14 +45,15 @@ def publisher_client(host_port: str, *,
 
 def subscriber_client(host_port: str) -> pubsub_v1.SubscriberClient:
     """A SubscriberClient talking plaintext gRPC to ``host_port``. Close with ``client.close()``."""
-    transport = SubscriberGrpcTransport(host=host_port, channel=_channel(host_port),
-                                        credentials=AnonymousCredentials())
+    transport = SubscriberGrpcTransport(host=host_port, channel=_channel(host_port), credentials=AnonymousCredentials())
     return pubsub_v1.SubscriberClient(transport=transport, client_options={"api_endpoint": host_port})
 
 
-def pubsub_clients(host_port: str, *,
-                   publisher_options: pubsub_v1.types.PublisherOptions | None = None,
-                   ) -> tuple[pubsub_v1.PublisherClient, pubsub_v1.SubscriberClient]:
+def pubsub_clients(
+    host_port: str,
+    *,
+    publisher_options: pubsub_v1.types.PublisherOptions | None = None,
+) -> tuple[pubsub_v1.PublisherClient, pubsub_v1.SubscriberClient]:
     """Return ``(publisher, subscriber)`` for the emulator at ``host_port`` (``"host:port"``).
 
     Thread-safe to call from anywhere: no environment variable is read or written. Each client has
@@ -59,9 +62,17 @@ def pubsub_clients(host_port: str, *,
     return publisher_client(host_port, publisher_options=publisher_options), subscriber_client(host_port)
 
 
-def create_topic_and_subscription(host_port: str, project: str, topic: str, subscription: str, *,
-                                  ack_deadline_seconds: int = 10, enable_message_ordering: bool = False,
-                                  exist_ok: bool = False, timeout: float = 10.0) -> tuple[str, str]:
+def create_topic_and_subscription(
+    host_port: str,
+    project: str,
+    topic: str,
+    subscription: str,
+    *,
+    ack_deadline_seconds: int = 10,
+    enable_message_ordering: bool = False,
+    exist_ok: bool = False,
+    timeout: float = 10.0,
+) -> tuple[str, str]:
     """Create ``topic`` and a pull ``subscription`` on it; return their full paths.
 
     Returns ``("projects/P/topics/T", "projects/P/subscriptions/S")``. The emulator accepts ack

@@ -147,8 +147,9 @@ def running_state() -> DetachedState | None:
     return state
 
 
-def start_detached(*, port: int | None = None, backend: str = "auto", project: str = "local-project",
-                   timeout: float = 60.0) -> tuple[DetachedState, bool]:
+def start_detached(
+    *, port: int | None = None, backend: str = "auto", project: str = "local-project", timeout: float = 60.0
+) -> tuple[DetachedState, bool]:
     """Start an emulator that survives this process; return ``(state, started)``.
 
     ``started`` is False when one recorded in the state file is already running (it is returned
@@ -162,8 +163,9 @@ def start_detached(*, port: int | None = None, backend: str = "auto", project: s
             return existing, False
         log_path = state_dir() / LOG_FILE_NAME
         log_path.unlink(missing_ok=True)
-        emu = start_emulator(port=port, backend=backend, project=project, timeout=timeout,
-                             log_path=log_path, _detached=True)
+        emu = start_emulator(
+            port=port, backend=backend, project=project, timeout=timeout, log_path=log_path, _detached=True
+        )
         state = state_from(emu, owner="start")
         if emu.backend == "env":
             return state, False
@@ -173,9 +175,17 @@ def start_detached(*, port: int | None = None, backend: str = "auto", project: s
 
 def state_from(emu: Emulator, owner: str) -> DetachedState:
     """The :class:`DetachedState` describing ``emu``."""
-    return DetachedState(host_port=emu.host_port, backend=emu.backend, project=emu.project, pid=emu.pid,
-                         pgid=emu.pgid, container_id=emu.container_id, log_path=emu.log_path, owner=owner,
-                         started_at=time.time())
+    return DetachedState(
+        host_port=emu.host_port,
+        backend=emu.backend,
+        project=emu.project,
+        pid=emu.pid,
+        pgid=emu.pgid,
+        container_id=emu.container_id,
+        log_path=emu.log_path,
+        owner=owner,
+        started_at=time.time(),
+    )
 
 
 def stop_detached(grace: float = 5.0) -> DetachedState | None:

@@ -112,7 +112,10 @@ def _gcloud_info_root(gcloud: str) -> str | None:
     try:
         out = subprocess.run(
             [gcloud, "info", "--format=value(installation.sdk_root)"],
-            capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -165,8 +168,11 @@ def find_sdk_emulator(looked: list[str] | None = None) -> SdkEmulator | None:
         if info_root is None:
             # gcloud works in ways we could not introspect; let it find its own emulator.
             looked.append("`gcloud info` gave no SDK root; will try `gcloud beta emulators pubsub start`")
-            return SdkEmulator([gcloud, "--quiet", "beta", "emulators", "pubsub", "start"],
-                               via_gcloud=True, source=f"{gcloud} beta emulators pubsub start")
+            return SdkEmulator(
+                [gcloud, "--quiet", "beta", "emulators", "pubsub", "start"],
+                via_gcloud=True,
+                source=f"{gcloud} beta emulators pubsub start",
+            )
         if os.path.realpath(info_root) not in seen:
             found = check(info_root, "gcloud info")
     if found is None:
@@ -202,8 +208,15 @@ def docker_available(looked: list[str] | None = None) -> bool:
     if cli:
         # The CLI honours docker contexts (Docker Desktop, colima) that the SDK's from_env ignores.
         try:
-            if subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"], capture_output=True,
-                              timeout=5, stdin=subprocess.DEVNULL).returncode == 0:
+            if (
+                subprocess.run(
+                    [cli, "info", "--format", "{{.ServerVersion}}"],
+                    capture_output=True,
+                    timeout=5,
+                    stdin=subprocess.DEVNULL,
+                ).returncode
+                == 0
+            ):
                 return True
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -257,7 +270,9 @@ def _start_watchdog(pgid: int) -> tuple[subprocess.Popen, int]:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", reaper.__file__, str(pgid), str(_GRACE_SECONDS)],
-            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=r,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,  # a terminal Ctrl-C must not take the watchdog down first
         )
     except BaseException:
@@ -401,8 +416,7 @@ def _probe(host_port: str, project: str, timeout: float) -> Exception | None:
     publisher = publisher_client(host_port)
     try:
         # retry=None: the library default retries UNAVAILABLE for a minute, hiding our own deadline.
-        publisher.list_topics(request={"project": f"projects/{project}", "page_size": 1}, timeout=timeout,
-                              retry=None)
+        publisher.list_topics(request={"project": f"projects/{project}", "page_size": 1}, timeout=timeout, retry=None)
         return None
     except Exception as exc:  # noqa: BLE001 - every failure just means "not ready yet"
         return exc
@@ -410,8 +424,9 @@ def _probe(host_port: str, project: str, timeout: float) -> Exception | None:
         publisher.transport.close()
 
 
-def _wait_grpc(host_port: str, project: str, deadline: float, what: str, log_path: str | None = None,
-               alive: Any = None) -> None:
+def _wait_grpc(
+    host_port: str, project: str, deadline: float, what: str, log_path: str | None = None, alive: Any = None
+) -> None:
     last: Exception | None = None
     while True:
         remaining = deadline - time.monotonic()
@@ -440,8 +455,16 @@ def _start_env(project: str, timeout: float, t0: float) -> Emulator:
     return Emulator(host_port=host_port, backend="env", project=project)
 
 
-def _start_sdk(found: SdkEmulator, *, port: int | None, project: str, timeout: float, t0: float,
-               log_path: str | None, detached: bool) -> Emulator:
+def _start_sdk(
+    found: SdkEmulator,
+    *,
+    port: int | None,
+    project: str,
+    timeout: float,
+    t0: float,
+    log_path: str | None,
+    detached: bool,
+) -> Emulator:
     host = "127.0.0.1"
     if port is not None and _port_in_use(host, port):
         raise EmulatorStartError(f"port {port} on {host} is already in use")
@@ -461,14 +484,26 @@ def _start_sdk(found: SdkEmulator, *, port: int | None, project: str, timeout: f
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as log:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 # Own session: Ctrl-C in the terminal reaches us, not the JVM, so shutdown order is
                 # ours; and the group id lets stop() reach every descendant.
                 start_new_session=True,
                 preexec_fn=None if detached else _pdeathsig_preexec(),
             )
-        emu = Emulator(host_port=f"{host}:{chosen}", backend="sdk", project=project, pid=proc.pid,
-                       pgid=proc.pid, log_path=path, detached=detached, _proc=proc, _owns_log=owns_log)
+        emu = Emulator(
+            host_port=f"{host}:{chosen}",
+            backend="sdk",
+            project=project,
+            pid=proc.pid,
+            pgid=proc.pid,
+            log_path=path,
+            detached=detached,
+            _proc=proc,
+            _owns_log=owns_log,
+        )
         if not detached:
             emu._watchdog, emu._watchdog_fd = _start_watchdog(proc.pid)
             with _LIVE_LOCK:
@@ -492,8 +527,7 @@ class _PortTaken(Exception):
     pass
 
 
-def _wait_sdk_ready(emu: Emulator, proc: subprocess.Popen, port: int, deadline: float,
-                    found: SdkEmulator) -> None:
+def _wait_sdk_ready(emu: Emulator, proc: subprocess.Popen, port: int, deadline: float, found: SdkEmulator) -> None:
     marker = f"{READY_MARKER} {port}"
     assert emu.log_path is not None
     while True:
@@ -516,8 +550,9 @@ def _wait_sdk_ready(emu: Emulator, proc: subprocess.Popen, port: int, deadline: 
             )
         time.sleep(0.05)
     # The log line precedes the gRPC server accepting calls by a hair; confirm with a real call.
-    _wait_grpc(emu.host_port, emu.project, deadline, "the Pub/Sub emulator", emu.log_path,
-               alive=lambda: proc.poll() is None)
+    _wait_grpc(
+        emu.host_port, emu.project, deadline, "the Pub/Sub emulator", emu.log_path, alive=lambda: proc.poll() is None
+    )
 
 
 def _start_docker(*, port: int | None, project: str, timeout: float, t0: float, detached: bool) -> Emulator:
@@ -527,16 +562,18 @@ def _start_docker(*, port: int | None, project: str, timeout: float, t0: float, 
         from testcontainers.core.waiting_utils import wait_for_logs
     except ImportError as exc:
         # An extra, so that executors install only what reading and decoding need.
-        raise EmulatorUnavailable("a Docker engine answers, but testcontainers is not installed: "
-                                  "pip install 'crdb-pubsub[emulator]'") from exc
+        raise EmulatorUnavailable(
+            "a Docker engine answers, but testcontainers is not installed: pip install 'crdb-pubsub[emulator]'"
+        ) from exc
 
     if detached:
         # Ryuk reaps containers when this process exits; a detached emulator must outlive us.
         testcontainers_config.ryuk_disabled = True
     container = (
         DockerContainer(DOCKER_IMAGE)
-        .with_command(f"gcloud beta emulators pubsub start --host-port=0.0.0.0:{DOCKER_CONTAINER_PORT} "
-                      f"--project={project}")
+        .with_command(
+            f"gcloud beta emulators pubsub start --host-port=0.0.0.0:{DOCKER_CONTAINER_PORT} --project={project}"
+        )
         .with_kwargs(labels={"crdb-pubsub.emulator": "1"})
     )
     if port is not None:
@@ -555,8 +592,13 @@ def _start_docker(*, port: int | None, project: str, timeout: float, t0: float, 
                 _LIVE.add(emu)
         remaining = max(1.0, t0 + timeout - time.monotonic())
         try:
-            wait_for_logs(container, f"{READY_MARKER} {DOCKER_CONTAINER_PORT}", timeout=remaining,
-                          interval=0.2, raise_on_exit=True)
+            wait_for_logs(
+                container,
+                f"{READY_MARKER} {DOCKER_CONTAINER_PORT}",
+                timeout=remaining,
+                interval=0.2,
+                raise_on_exit=True,
+            )
         except Exception as exc:
             logs = container.get_logs()
             tail = "\n".join((logs[0] + logs[1]).decode(errors="replace").splitlines()[-25:])
@@ -587,9 +629,15 @@ def resolve_backend(backend: str = "auto") -> str:
     return backend
 
 
-def start_emulator(*, port: int | None = None, backend: str = "auto", project: str = "local-project",
-                   timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None,
-                   _detached: bool = False) -> Emulator:
+def start_emulator(
+    *,
+    port: int | None = None,
+    backend: str = "auto",
+    project: str = "local-project",
+    timeout: float = 60.0,
+    log_path: str | os.PathLike[str] | None = None,
+    _detached: bool = False,
+) -> Emulator:
     """Start (or borrow) a Pub/Sub emulator and return once it answers gRPC calls.
 
     Args:
@@ -629,8 +677,9 @@ def start_emulator(*, port: int | None = None, backend: str = "auto", project: s
     if emu is None and chosen in ("auto", "sdk"):
         found = find_sdk_emulator(looked)
         if found is not None:
-            emu = _start_sdk(found, port=port, project=project, timeout=timeout, t0=t0, log_path=log,
-                             detached=_detached)
+            emu = _start_sdk(
+                found, port=port, project=project, timeout=timeout, t0=t0, log_path=log, detached=_detached
+            )
     if emu is None and chosen in ("auto", "docker") and docker_available(looked):
         emu = _start_docker(port=port, project=project, timeout=timeout, t0=t0, detached=_detached)
     if emu is None:
@@ -641,15 +690,25 @@ def start_emulator(*, port: int | None = None, backend: str = "auto", project: s
             + INSTALL_HINT
         )
     emu.startup_seconds = time.monotonic() - t0
-    logger.info("Pub/Sub emulator ready: backend=%s host_port=%s startup=%.2fs%s", emu.backend, emu.host_port,
-                emu.startup_seconds, f" pid={emu.pid}" if emu.pid else
-                (f" container={emu.container_id[:12]}" if emu.container_id else ""))
+    logger.info(
+        "Pub/Sub emulator ready: backend=%s host_port=%s startup=%.2fs%s",
+        emu.backend,
+        emu.host_port,
+        emu.startup_seconds,
+        f" pid={emu.pid}" if emu.pid else (f" container={emu.container_id[:12]}" if emu.container_id else ""),
+    )
     return emu
 
 
 @contextmanager
-def emulator(*, port: int | None = None, backend: str = "auto", project: str = "local-project",
-             timeout: float = 60.0, log_path: str | os.PathLike[str] | None = None) -> Iterator[str]:
+def emulator(
+    *,
+    port: int | None = None,
+    backend: str = "auto",
+    project: str = "local-project",
+    timeout: float = 60.0,
+    log_path: str | os.PathLike[str] | None = None,
+) -> Iterator[str]:
     """Context manager around :func:`start_emulator` yielding ``"host:port"``; stops it on exit.
 
     Exit includes exceptions and KeyboardInterrupt. Sets no environment variable: pass the

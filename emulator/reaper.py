@@ -32,7 +32,7 @@ def group_alive(pgid: int) -> bool:
             except OSError:
                 continue
             # Fields after the ")" closing comm: state ppid pgrp ...
-            fields = stat[stat.rfind(")") + 2:].split()
+            fields = stat[stat.rfind(")") + 2 :].split()
             if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 return True
         return False

@@ -27,17 +27,22 @@ import time
 PROJECT = "bench-project"
 
 
-def _drain(spark, host: str, subs: list[str], options: dict[str, str], apply_to: str | None,
-           schemas: dict[str, str]) -> tuple[float, int, int]:
+def _drain(
+    spark, host: str, subs: list[str], options: dict[str, str], apply_to: str | None, schemas: dict[str, str]
+) -> tuple[float, int, int]:
     """(seconds, input rows, batches) to drain ``subs`` with AvailableNow into noop or apply."""
     from crdb_pubsub.apply import foreach_batch_apply
 
     with tempfile.TemporaryDirectory(prefix="bench-apply-chk-") as tmp:
-        reader = spark.readStream.format("crdb_pubsub").option("subscription", ",".join(subs)).option("emulatorHost", host)
+        reader = (
+            spark.readStream.format("crdb_pubsub").option("subscription", ",".join(subs)).option("emulatorHost", host)
+        )
         for k, v in options.items():
             reader = reader.option(k, v)
         writer = reader.load().writeStream.option("checkpointLocation", os.path.join(tmp, "chk"))
-        writer = writer.format("noop") if apply_to is None else writer.foreachBatch(foreach_batch_apply(apply_to, schemas))
+        writer = (
+            writer.format("noop") if apply_to is None else writer.foreachBatch(foreach_batch_apply(apply_to, schemas))
+        )
         t0 = time.perf_counter()
         q = writer.trigger(availableNow=True).start()
         q.awaitTermination()
@@ -52,10 +57,14 @@ def _subscriptions(host: str, topics: list[str], stem: str) -> tuple[list[str], 
 
     noop, apply = [], []
     for t in topics:
-        noop.append(create_topic_and_subscription(host, PROJECT, f"{stem}-{t}", f"{stem}-{t}-noop",
-                                                  ack_deadline_seconds=120)[1])
-        apply.append(create_topic_and_subscription(host, PROJECT, f"{stem}-{t}", f"{stem}-{t}-apply",
-                                                   ack_deadline_seconds=120, exist_ok=True)[1])
+        noop.append(
+            create_topic_and_subscription(host, PROJECT, f"{stem}-{t}", f"{stem}-{t}-noop", ack_deadline_seconds=120)[1]
+        )
+        apply.append(
+            create_topic_and_subscription(
+                host, PROJECT, f"{stem}-{t}", f"{stem}-{t}-apply", ack_deadline_seconds=120, exist_ok=True
+            )[1]
+        )
     return noop, apply
 
 
@@ -66,8 +75,7 @@ def _publish(host: str, sim, stem: str, n: int) -> None:
     real_topic_path = publisher.topic_path
     publisher.topic_path = lambda proj, topic: real_topic_path(proj, f"{stem}-{topic}")
     try:
-        sim.publish(publisher, PROJECT, n, create_topics=False, shuffle_window=100, duplicate_fraction=0.0,
-                    timeout=900)
+        sim.publish(publisher, PROJECT, n, create_topics=False, shuffle_window=100, duplicate_fraction=0.0, timeout=900)
     finally:
         publisher.stop()
         publisher.transport.close()
@@ -99,13 +107,20 @@ def main(argv: list[str] | None = None) -> int:
         _publish(host, warm, "warm", 2_000)
         stats = sim.stats()
         keys = sum(s["inserts"] for s in stats.values())
-        print(f"published {args.changes:,} changes ({sum(s['inserts'] for s in stats.values()):,} inserts, "
-              f"{sum(s['updates'] for s in stats.values()):,} updates, {sum(s['deletes'] for s in stats.values()):,} "
-              f"deletes; {keys:,} distinct keys) to {len(noop_subs)} topics in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"published {args.changes:,} changes ({sum(s['inserts'] for s in stats.values()):,} inserts, "
+            f"{sum(s['updates'] for s in stats.values()):,} updates, {sum(s['deletes'] for s in stats.values()):,} "
+            f"deletes; {keys:,} distinct keys) to {len(noop_subs)} topics in {time.perf_counter() - t0:.1f} s"
+        )
 
-        spark = (SparkSession.builder.master("local[2]").appName("bench-apply")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-apply")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
         _drain(spark, host, warm_noop, options, None, schemas)
@@ -118,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
 
         problems = compare_to_ground_truth(state_dir, sim.ground_truth(), schemas, primary_keys())
         rate_a, rate_b = a_rows / a, b_rows / b
-        print(f"(a) source -> noop sink         : {a:7.2f} s  {rate_a:9,.0f} msg/s  ({a_rows:,} rows, {a_batches} batches)")
-        print(f"(b) source -> apply -> Delta    : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({b_rows:,} rows, {b_batches} batches)")
+        print(
+            f"(a) source -> noop sink         : {a:7.2f} s  {rate_a:9,.0f} msg/s  ({a_rows:,} rows, {a_batches} batches)"
+        )
+        print(
+            f"(b) source -> apply -> Delta    : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({b_rows:,} rows, {b_batches} batches)"
+        )
         print("state == simulator ground truth:", problems if problems else "OK")
         print(f"apply/noop ratio {rate_b / rate_a:.2f}")
         return 0 if not problems and a_rows == b_rows == args.changes else 1

@@ -97,7 +97,7 @@ def make_bodies(count: int, seed: int = 7, envelope: str = "wrapped") -> list[by
         city, vid, cols = _vehicle(rng, odometer=envelope == "typed")
         wall += rng.randrange(1, 5_000_000)
         hlc = f"{wall}.{rng.randrange(3):010d}"
-        key = f"[{_q(city)}, \"{vid}\"]"
+        key = f'[{_q(city)}, "{vid}"]'
         if envelope in ("wrapped", "typed"):
             value = f'{{"after": {_crdb_object(cols)}, "updated": "{hlc}"}}'
             out.append(f'{{"Key":{key},"Value":{value},"Topic":"vehicles"}}'.encode())
@@ -193,8 +193,16 @@ def _rand_text(rng: random.Random, lo: int, hi: int) -> str:
 
 def _nested_doc(rng: random.Random, depth: int, top: bool = False) -> Any:
     if depth == 0 or (not top and rng.random() < 0.15):
-        return rng.choice([rng.randrange(-10**6, 10**6), Decimal(rng.randrange(10**6)).scaleb(-2), True, None,
-                           rng.choice(_WORDS), _rand_text(rng, 5, 30)])
+        return rng.choice(
+            [
+                rng.randrange(-(10**6), 10**6),
+                Decimal(rng.randrange(10**6)).scaleb(-2),
+                True,
+                None,
+                rng.choice(_WORDS),
+                _rand_text(rng, 5, 30),
+            ]
+        )
     if not top and rng.random() < 0.4:
         return [_nested_doc(rng, depth - 1) for _ in range(rng.randrange(1, 4))]
     keys = rng.sample(_WORDS + ("größe", "名前", "prix_€"), rng.randrange(2, 5))
@@ -202,21 +210,58 @@ def _nested_doc(rng: random.Random, depth: int, top: bool = False) -> Any:
 
 
 # (column, SQL type, Spark type) of the synthetic tables; values are drawn by SQL type.
-_WIDE_TYPES = ("INT8", "DECIMAL(12,2)", "FLOAT", "BOOL", "STRING", "TIMESTAMPTZ", "UUID", "INT8BIG", "BYTES",
-               "STRING[]", "JSONB", "TIMESTAMP")
-_SPARK = {"INT8": "BIGINT", "INT8BIG": "BIGINT", "DECIMAL(12,2)": "DECIMAL(12,2)", "FLOAT": "DOUBLE",
-          "BOOL": "BOOLEAN", "STRING": "STRING", "TIMESTAMPTZ": "TIMESTAMP", "TIMESTAMP": "TIMESTAMP",
-          "UUID": "STRING", "BYTES": "BINARY", "STRING[]": "ARRAY<STRING>", "JSONB": "STRING",
-          "TEXT": "STRING", "DOC": "STRING"}
+_WIDE_TYPES = (
+    "INT8",
+    "DECIMAL(12,2)",
+    "FLOAT",
+    "BOOL",
+    "STRING",
+    "TIMESTAMPTZ",
+    "UUID",
+    "INT8BIG",
+    "BYTES",
+    "STRING[]",
+    "JSONB",
+    "TIMESTAMP",
+)
+_SPARK = {
+    "INT8": "BIGINT",
+    "INT8BIG": "BIGINT",
+    "DECIMAL(12,2)": "DECIMAL(12,2)",
+    "FLOAT": "DOUBLE",
+    "BOOL": "BOOLEAN",
+    "STRING": "STRING",
+    "TIMESTAMPTZ": "TIMESTAMP",
+    "TIMESTAMP": "TIMESTAMP",
+    "UUID": "STRING",
+    "BYTES": "BINARY",
+    "STRING[]": "ARRAY<STRING>",
+    "JSONB": "STRING",
+    "TEXT": "STRING",
+    "DOC": "STRING",
+}
 _TABLES: dict[str, list[tuple[str, str]]] = {
-    "wide": [("id", "UUID")] + [
+    "wide": [("id", "UUID")]
+    + [
         (f"{_WORDS[i % 10]}_{kind.split('(')[0].lower().replace('[]', '_list')}_{i}", kind)
         for i, kind in enumerate(_WIDE_TYPES * 3)
     ][:35],
-    "nested": [("id", "UUID"), ("tenant", "STRING"), ("doc", "DOC"), ("settings", "DOC"), ("labels", "STRING[]"),
-               ("version", "INT8")],
-    "unicode": [("id", "UUID"), ("lang", "STRING"), ("title", "TEXT"), ("body", "TEXT"), ("summary", "TEXT"),
-                ("views", "INT8")],
+    "nested": [
+        ("id", "UUID"),
+        ("tenant", "STRING"),
+        ("doc", "DOC"),
+        ("settings", "DOC"),
+        ("labels", "STRING[]"),
+        ("version", "INT8"),
+    ],
+    "unicode": [
+        ("id", "UUID"),
+        ("lang", "STRING"),
+        ("title", "TEXT"),
+        ("body", "TEXT"),
+        ("summary", "TEXT"),
+        ("views", "INT8"),
+    ],
 }
 
 
@@ -225,7 +270,7 @@ def _value(rng: random.Random, kind: str) -> Any:
     base = dt.datetime(2019, 1, 1) + dt.timedelta(seconds=rng.randrange(200_000_000), microseconds=rng.randrange(10**6))
     return {
         "UUID": lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-        "INT8": lambda: rng.randrange(-10**6, 10**6),
+        "INT8": lambda: rng.randrange(-(10**6), 10**6),
         "INT8BIG": lambda: rng.randrange(2**53, 2**63),
         "DECIMAL(12,2)": lambda: Decimal(rng.randrange(10**8)).scaleb(-2),
         "FLOAT": lambda: rng.uniform(-1e6, 1e6),
@@ -335,8 +380,22 @@ def _dbz_schema(table: str, columns: list[tuple[str, str]], source_fields: list[
     return orjson.dumps(schema).decode()
 
 
-_PG_SOURCE = ("version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us", "ts_ns", "schema",
-              "table", "txId", "lsn", "xmin")
+_PG_SOURCE = (
+    "version",
+    "connector",
+    "name",
+    "ts_ms",
+    "snapshot",
+    "db",
+    "sequence",
+    "ts_us",
+    "ts_ns",
+    "schema",
+    "table",
+    "txId",
+    "lsn",
+    "xmin",
+)
 
 
 def _debezium_event(table: str, op: str, before: str, after: str, wall: int, i: int, schema: str | None) -> bytes:
@@ -347,8 +406,10 @@ def _debezium_event(table: str, op: str, before: str, after: str, wall: int, i: 
         '"db":"movr","sequence":"[\\"24023000\\",\\"%d\\"]","ts_us":%d,"ts_ns":%d,"schema":"public",'
         '"table":"%s","txId":%d,"lsn":%d,"xmin":null}' % (ms, lsn, wall // 1000, wall, table, 780 + i, lsn)
     )
-    payload = (f'{{"before":{before},"after":{after},"source":{source},"transaction":null,'
-               f'"op":"{op}","ts_ms":{ms + 7},"ts_us":{(ms + 7) * 1000},"ts_ns":{(ms + 7) * 1_000_000}}}')
+    payload = (
+        f'{{"before":{before},"after":{after},"source":{source},"transaction":null,'
+        f'"op":"{op}","ts_ms":{ms + 7},"ts_us":{(ms + 7) * 1000},"ts_ns":{(ms + 7) * 1_000_000}}}'
+    )
     return (payload if schema is None else f'{{"schema":{schema},"payload":{payload}}}').encode()
 
 
@@ -394,7 +455,7 @@ def _synthetic(table: str, count: int, variant: str, seed: int) -> list[bytes]:
         if variant == "debezium":
             out.append(_debezium_event(table, op, _dbz_row(before, columns), _dbz_row(after, columns), wall, i, None))
         elif variant in ("wrapped", "typed"):
-            diff = f", \"before\": {crdb_before}" if variant == "wrapped" else ""  # typed: no diff
+            diff = f', "before": {crdb_before}' if variant == "wrapped" else ""  # typed: no diff
             value = f'{{"after": {crdb_after}{diff}, "updated": "{hlc}"}}'
             out.append(f'{{"Key":{key},"Value":{value},"Topic":"{table}"}}'.encode())
         elif variant == "bare":  # a delete names every column: the key keeps its value, the rest null
@@ -402,10 +463,15 @@ def _synthetic(table: str, count: int, variant: str, seed: int) -> list[bytes]:
             value = _crdb_row(image, (("__crdb__", f'{{"updated": "{hlc}"}}'),))
             out.append(f'{{"Key":{key},"Value":{value},"Topic":"{table}"}}'.encode())
         elif variant == "enriched":
-            source = crdb_json(dict(_ENRICHED_SOURCE, primary_keys=["id"], table_name=table, ts_hlc=hlc, ts_ns=wall,
-                                    mvcc_timestamp=hlc))
-            value = (f'{{"after": {crdb_after}, "before": {crdb_before}, "op": "{op}", "source": {source}, '
-                     f'"ts_ns": {wall + 686_192_000}}}')
+            source = crdb_json(
+                dict(
+                    _ENRICHED_SOURCE, primary_keys=["id"], table_name=table, ts_hlc=hlc, ts_ns=wall, mvcc_timestamp=hlc
+                )
+            )
+            value = (
+                f'{{"after": {crdb_after}, "before": {crdb_before}, "op": "{op}", "source": {source}, '
+                f'"ts_ns": {wall + 686_192_000}}}'
+            )
             out.append(f'{{"Key":{{"id": {row["id"][0]}}},"Value":{value},"Topic":"{table}"}}'.encode())
         else:
             raise ValueError(variant)
@@ -417,8 +483,13 @@ def _movr(count: int, variant: str, seed: int, schema: bool = False) -> list[byt
 
     if variant == "debezium":  # the simulator's changes (wrapped, diff) as PostgreSQL-connector events
         sim = ChangefeedSimulator(seed=seed, envelope="wrapped", diff=True, updated=True)
-        columns = {t.name: [(c.name, {"DECIMAL": "DECIMAL(12,2)", "TIMESTAMPTZ": "TIMESTAMPTZ"}.get(c.sql, c.sql))
-                            for c in t.columns] for t in _sim_tables()}
+        columns = {
+            t.name: [
+                (c.name, {"DECIMAL": "DECIMAL(12,2)", "TIMESTAMPTZ": "TIMESTAMPTZ"}.get(c.sql, c.sql))
+                for c in t.columns
+            ]
+            for t in _sim_tables()
+        }
         schemas = {t: _dbz_schema(t, cols, list(_PG_SOURCE)) for t, cols in columns.items()} if schema else {}
         out = []
         for i, msg in enumerate(sim.events(count)):
@@ -431,11 +502,16 @@ def _movr(count: int, variant: str, seed: int, schema: bool = False) -> list[byt
             )
             out.append(_debezium_event(msg.table, msg.op, before, after, wall, i, schemas.get(msg.table)))
         return out[:count]
-    options: dict[str, Any] = {"wrapped": {"diff": True, "updated": True},
-                               "typed": {"updated": True, "tables": ["rides"]},
-                               "bare": {"updated": True},
-                               "enriched": {"enriched_properties": ["source", "schema"] if schema else ["source"],
-                                            "updated": True, "mvcc_timestamp": True}}[variant]
+    options: dict[str, Any] = {
+        "wrapped": {"diff": True, "updated": True},
+        "typed": {"updated": True, "tables": ["rides"]},
+        "bare": {"updated": True},
+        "enriched": {
+            "enriched_properties": ["source", "schema"] if schema else ["source"],
+            "updated": True,
+            "mvcc_timestamp": True,
+        },
+    }[variant]
     envelope = "wrapped" if variant == "typed" else variant
     sim = ChangefeedSimulator(seed=seed, envelope=envelope, resolved_every=50, **options)
     bodies = [m.data for m in sim.events(count)]
@@ -475,8 +551,9 @@ def conformance_bodies(shared: Path = SHARED) -> tuple[dict[str, list[bytes]], d
                 body = _minify(body)
             elif not entry.get("pubsub_wire"):
                 if "key" not in entry or not body.startswith("{"):
-                    skipped["not a Pub/Sub body, no key/topic to wrap"] = skipped.get(
-                        "not a Pub/Sub body, no key/topic to wrap", 0) + 1
+                    skipped["not a Pub/Sub body, no key/topic to wrap"] = (
+                        skipped.get("not a Pub/Sub body, no key/topic to wrap", 0) + 1
+                    )
                     continue
                 # encoder_test.go's TestEncoders name no topic: their table is ``foo``, as in its other tests.
                 topic = orjson.dumps(entry.get("topic") or "foo").decode()
@@ -576,8 +653,10 @@ def bench(envelope: str, messages: int, repeat: int) -> tuple[float, float]:
 def bench_broad(variants: tuple[str, ...], messages: int, repeat: int, shapes: tuple[str, ...] = SHAPES) -> None:
     """The broad corpus: a ratio to orjson per variant and shape, and over all its shapes."""
     _, skipped = conformance_bodies()
-    print(f"broad corpus: {messages} bodies per shape, best of {repeat}; ratio = decode msg/s / orjson msg/s "
-          f"(same bodies, same run); conformance entries skipped: {skipped}")
+    print(
+        f"broad corpus: {messages} bodies per shape, best of {repeat}; ratio = decode msg/s / orjson msg/s "
+        f"(same bodies, same run); conformance entries skipped: {skipped}"
+    )
     sizes: dict[str, list[float]] = {}
     print(f"{'variant':<10} " + " ".join(f"{s:>11}" for s in shapes) + f" {'all':>7}")
     for variant in variants:
@@ -599,8 +678,12 @@ def bench_broad(variants: tuple[str, ...], messages: int, repeat: int, shapes: t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", choices=("own", "broad", "both"), default="both",
-                        help="own: make_bodies (the fast paths' shapes); broad: other tables' shapes (SHAPES)")
+    parser.add_argument(
+        "--corpus",
+        choices=("own", "broad", "both"),
+        default="both",
+        help="own: make_bodies (the fast paths' shapes); broad: other tables' shapes (SHAPES)",
+    )
     parser.add_argument("--envelope", choices=ENVELOPES + ("all",), default="all")
     parser.add_argument("--shape", choices=SHAPES + ("all",), default="all", help="broad corpus: one shape only")
     parser.add_argument("--messages", type=int, default=None, help="per envelope (own: 100000) or shape (broad: 20000)")
@@ -611,8 +694,10 @@ def main() -> None:
     envelopes = ENVELOPES if args.envelope == "all" else (args.envelope,)
     if args.corpus in ("own", "both"):
         messages = args.messages or 100_000
-        print(f"own corpus: {messages} bodies per envelope, best of {args.repeat}; "
-              "baseline = [orjson.loads(b) for b in bodies]")
+        print(
+            f"own corpus: {messages} bodies per envelope, best of {args.repeat}; "
+            "baseline = [orjson.loads(b) for b in bodies]"
+        )
         print(f"{'envelope':<10} {'bytes':>6} {'baseline msg/s':>15} {'decode msg/s':>13} {'ratio':>6}")
         for env in envelopes:
             sample = make_bodies(200, envelope=env)

@@ -37,7 +37,7 @@ def _responses(n: int) -> list[bytes]:
     bodies = _bodies(n)
     for i in range(0, n, PER_PULL):
         r = pb()
-        for j, body in enumerate(bodies[i:i + PER_PULL]):
+        for j, body in enumerate(bodies[i : i + PER_PULL]):
             rm = r.received_messages.add()
             rm.ack_id = f"{SUB}:{i + j}-{'x' * 40}"
             rm.message.data = body
@@ -101,8 +101,12 @@ def _thread_cpu() -> dict[int, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
-    ap.add_argument("--batch", type=int, default=5000, help="seal once this many are buffered (bench_stream's "
-                    "warm drains make batches of 3,000-7,000 here)")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=5000,
+        help="seal once this many are buffered (bench_stream's warm drains make batches of 3,000-7,000 here)",
+    )
     args = ap.parse_args(argv)
     n = args.messages
 
@@ -117,9 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     made: list[Receiver] = []
 
     def receiver(opts, counters):
-        made.append(Receiver(pubsub, opts.subscription_paths, lease_seconds=60, max_lease_seconds=3600,
-                             max_messages=opts.maxOutstandingMessages, max_bytes=opts.maxOutstandingBytes,
-                             counters=counters))
+        made.append(
+            Receiver(
+                pubsub,
+                opts.subscription_paths,
+                lease_seconds=60,
+                max_lease_seconds=3600,
+                max_messages=opts.maxOutstandingMessages,
+                max_bytes=opts.maxOutstandingBytes,
+                counters=counters,
+            )
+        )
         return made[0]
 
     counters = Counters()
@@ -149,11 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         name = names.get(tid, "Spark-less main" if tid == os.getpid() else "other")
         name = "MainThread (Spark's calls)" if tid == os.getpid() else name
         by_name[name] = by_name.get(name, 0.0) + seconds - threads0.get(tid, 0.0)
-    print(f"{n:,} messages in {batches} batches, {wall:.2f} s; driver CPU per message: {cpu / n * 1e6:.2f} us "
-          f"(planner and receiver, no Spark, no Pub/Sub)")
+    print(
+        f"{n:,} messages in {batches} batches, {wall:.2f} s; driver CPU per message: {cpu / n * 1e6:.2f} us "
+        f"(planner and receiver, no Spark, no Pub/Sub)"
+    )
     planner.shutdown(within=5)
-    print("  by thread: " + ", ".join(f"{k} {v / n * 1e6:.2f} us" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])
-                                       if v > 0))
+    print(
+        "  by thread: "
+        + ", ".join(f"{k} {v / n * 1e6:.2f} us" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v > 0)
+    )
     return 0
 
 

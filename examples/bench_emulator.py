@@ -42,17 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
 
     bodies = _bodies(max(sizes))
-    print(f"{'backlog':>8}  {'(a) msg/s':>10} {'emulator':>9} {'client':>8}   {HELD + ' msg/s':>10} {'emulator':>9} "
-          f"{'client':>8}   (a')/(a)   [CPU per message]")
+    print(
+        f"{'backlog':>8}  {'(a) msg/s':>10} {'emulator':>9} {'client':>8}   {HELD + ' msg/s':>10} {'emulator':>9} "
+        f"{'client':>8}   (a')/(a)   [CPU per message]"
+    )
     for k, n in enumerate(sizes):
         # A fresh emulator per size: its JIT warms up on a small drain first, then both loops run.
         with emulator(project=PROJECT) as host:
             wtopic, wsub = create_topic_and_subscription(host, PROJECT, "warm", "warm-sub", ack_deadline_seconds=60)
             _publish(host, wtopic, bodies[:5000])
             baseline(host, wsub, 5000)
-            topic, sub_a = create_topic_and_subscription(host, PROJECT, f"backlog-{k}", f"backlog-{k}-acked", ack_deadline_seconds=60)
-            _, sub_h = create_topic_and_subscription(host, PROJECT, f"backlog-{k}", f"backlog-{k}-held", ack_deadline_seconds=60,
-                                                     exist_ok=True)
+            topic, sub_a = create_topic_and_subscription(
+                host, PROJECT, f"backlog-{k}", f"backlog-{k}-acked", ack_deadline_seconds=60
+            )
+            _, sub_h = create_topic_and_subscription(
+                host, PROJECT, f"backlog-{k}", f"backlog-{k}-held", ack_deadline_seconds=60, exist_ok=True
+            )
             _publish(host, topic, bodies[:n])
             cpu = ProcCpu()
             try:
@@ -60,12 +65,16 @@ def main(argv: list[str] | None = None) -> int:
                 for run, sub in ((baseline, sub_a), (held_baseline, sub_h)):
                     e0, c0 = cpu.jvm_seconds()[1], time.thread_time()
                     seconds = run(host, sub, n)
-                    figures.append((n / seconds, (cpu.jvm_seconds()[1] - e0) / n * 1e6, (time.thread_time() - c0) / n * 1e6))
+                    figures.append(
+                        (n / seconds, (cpu.jvm_seconds()[1] - e0) / n * 1e6, (time.thread_time() - c0) / n * 1e6)
+                    )
             finally:
                 cpu.stop()
         (ra, ea, ca), (rh, eh, ch) = figures
-        print(f"{n:>8,}  {ra:>10,.0f} {ea:>7.1f}us {ca:>6.1f}us   {rh:>10,.0f} {eh:>7.1f}us {ch:>6.1f}us   {rh / ra:8.2f}",
-              flush=True)
+        print(
+            f"{n:>8,}  {ra:>10,.0f} {ea:>7.1f}us {ca:>6.1f}us   {rh:>10,.0f} {eh:>7.1f}us {ch:>6.1f}us   {rh / ra:8.2f}",
+            flush=True,
+        )
     return 0
 
 

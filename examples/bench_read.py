@@ -36,13 +36,18 @@ def main() -> None:
     p.add_argument("--attributes", action="store_true")
     args = p.parse_args()
 
-    sim = ChangefeedSimulator(seed=1, updated=True, diff=True, resolved_every=200,
-                              with_table_name_attribute=args.attributes)
+    sim = ChangefeedSimulator(
+        seed=1, updated=True, diff=True, resolved_every=200, with_table_name_attribute=args.attributes
+    )
     msgs = list(sim.events(args.messages))[: args.messages]
     n = len(msgs)
-    batch = messages_batch([m.data for m in msgs], [str(i) for i in range(n)],
-                           [1_700_000_000_000_000 + i for i in range(n)],
-                           [list(m.attributes.items()) or None for m in msgs], [m.ordering_key or None for m in msgs])
+    batch = messages_batch(
+        [m.data for m in msgs],
+        [str(i) for i in range(n)],
+        [1_700_000_000_000_000 + i for i in range(n)],
+        [list(m.attributes.items()) or None for m in msgs],
+        [m.ordering_key or None for m in msgs],
+    )
     ipc = to_ipc(batch)
     ds = CrdbPubSubDataSource({"subscription": "projects/p/subscriptions/bench", "emulatorHost": "127.0.0.1:1"})
     reader = ds.streamReader(ds.schema())
@@ -51,10 +56,13 @@ def main() -> None:
     def lists() -> None:
         table = from_ipc(ipc)
         attrs = table.column("attributes").to_pylist()
-        decode_messages(table.column("data").to_pylist(), message_ids=table.column("message_id").to_pylist(),
-                        publish_times=table.column("publish_us").to_pylist(),
-                        attributes=[dict(a) if a else None for a in attrs],
-                        ordering_keys=table.column("ordering_key").to_pylist())
+        decode_messages(
+            table.column("data").to_pylist(),
+            message_ids=table.column("message_id").to_pylist(),
+            publish_times=table.column("publish_us").to_pylist(),
+            attributes=[dict(a) if a else None for a in attrs],
+            ordering_keys=table.column("ordering_key").to_pylist(),
+        )
 
     def read() -> None:
         for _ in reader.read(part):

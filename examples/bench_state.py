@@ -58,9 +58,11 @@ class Counted:
 
 
 def body(i: int) -> bytes:
-    return (f'{{"Key":["amsterdam", "{i:032x}"],"Value":{{"after": {{"city": "amsterdam", "id": "{i:032x}", '
-            f'"rider_id": "{i:032x}", "revenue": 26.30}}, "updated": "1700000000000000000.0000000000"}},'
-            f'"Topic":"rides"}}').encode()
+    return (
+        f'{{"Key":["amsterdam", "{i:032x}"],"Value":{{"after": {{"city": "amsterdam", "id": "{i:032x}", '
+        f'"rider_id": "{i:032x}", "revenue": 26.30}}, "updated": "1700000000000000000.0000000000"}},'
+        f'"Topic":"rides"}}'
+    ).encode()
 
 
 def run(url: str, receiver: str, batches: int, messages: int, partitions: int, counted: Counted) -> dict:
@@ -73,8 +75,14 @@ def run(url: str, receiver: str, batches: int, messages: int, partitions: int, c
     service = FakePubSub()
     transport.subscriber_client = lambda host=None, credentials=None, **kw: service.client()
     service.create_subscription(SUB, ack_deadline=30)
-    options = {"subscription": SUB, "emulatorHost": "127.0.0.1:1", "stateDir": url, "receiver": receiver,
-               "ackDeadlineSeconds": "30", "maxMessagesPerTrigger": str(messages)}
+    options = {
+        "subscription": SUB,
+        "emulatorHost": "127.0.0.1:1",
+        "stateDir": url,
+        "receiver": receiver,
+        "ackDeadlineSeconds": "30",
+        "maxMessagesPerTrigger": str(messages),
+    }
     if receiver == "executors":
         options["numPartitions"] = str(partitions)
     ds = CrdbPubSubDataSource(options)
@@ -136,15 +144,20 @@ def main(argv: list[str] | None = None) -> int:
                     url = tempfile.mkdtemp(prefix="bench-state-")
                 else:
                     url = (args.gcs.rstrip("/") if args.gcs else server.url("bench")) + f"/{receiver}-{time.time_ns()}"
-                rows.append((storage, receiver, run(url, receiver, args.batches, args.messages, args.partitions,
-                                                    counted)))
+                rows.append(
+                    (storage, receiver, run(url, receiver, args.batches, args.messages, args.partitions, counted))
+                )
     finally:
         if server is not None:
             server.stop()
-    print(f"per micro-batch of {args.messages} messages ({args.batches} batches; executors: "
-          f"numPartitions {args.partitions}):")
-    print(f"{'storage':8} {'receiver':10} {'writes':>7} {'reads':>7} {'lists':>6} {'deletes':>8} {'CAS':>5} "
-          f"{'storage ms':>11} {'batch ms':>9}")
+    print(
+        f"per micro-batch of {args.messages} messages ({args.batches} batches; executors: "
+        f"numPartitions {args.partitions}):"
+    )
+    print(
+        f"{'storage':8} {'receiver':10} {'writes':>7} {'reads':>7} {'lists':>6} {'deletes':>8} {'CAS':>5} "
+        f"{'storage ms':>11} {'batch ms':>9}"
+    )
     for storage, receiver, r in rows:
         ops = collections.Counter(r["ops"])
         per = {k: v / args.batches for k, v in ops.items()}
@@ -153,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         lists = per.get("list", 0)
         deletes = per.get("delete", 0) + per.get("delete_prefix", 0)
         cas = per.get("swap", 0)
-        print(f"{storage:8} {receiver:10} {writes:7.1f} {reads:7.1f} {lists:6.1f} {deletes:8.1f} {cas:5.1f} "
-              f"{r['storage_ms']:11.1f} {r['wall_ms']:9.1f}")
+        print(
+            f"{storage:8} {receiver:10} {writes:7.1f} {reads:7.1f} {lists:6.1f} {deletes:8.1f} {cas:5.1f} "
+            f"{r['storage_ms']:11.1f} {r['wall_ms']:9.1f}"
+        )
     print("(calls per batch; a delete of several keys is one call: one request per key on Cloud Storage)")
     return 0
 

@@ -47,9 +47,16 @@ def arrow_file() -> bytes:
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, schema) as w:
         for b in range(batches):
-            w.write_table(pa.table({"sub": ["projects/p/subscriptions/s"] * rows,
-                                    "ack_id": [f"ack-{b}-{i}" for i in range(rows)],
-                                    "body": [os.urandom(2000) for _ in range(rows)]}, schema=schema))
+            w.write_table(
+                pa.table(
+                    {
+                        "sub": ["projects/p/subscriptions/s"] * rows,
+                        "ack_id": [f"ack-{b}-{i}" for i in range(rows)],
+                        "body": [os.urandom(2000) for _ in range(rows)],
+                    },
+                    schema=schema,
+                )
+            )
     return sink.getvalue()
 
 
@@ -164,12 +171,24 @@ class GcsfsClient:
 
     def cas(self, key, data, expected) -> int | None:
         meta = json.dumps({"name": self.base.split("/", 1)[1] + key})
-        body = (f'--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n--==0==\n'
-                f'Content-Type: application/octet-stream\n\n').encode() + data + b"\n--==0==--"
+        body = (
+            (
+                f"--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n--==0==\n"
+                f"Content-Type: application/octet-stream\n\n"
+            ).encode()
+            + data
+            + b"\n--==0==--"
+        )
         try:
-            out = self.fs.call("POST", f"{self.fs._location}/upload/storage/v1/b/{self.bucket}/o",
-                               uploadType="multipart", ifGenerationMatch=str(expected), json_out=True,
-                               headers={"Content-Type": 'multipart/related; boundary="==0=="'}, data=body)
+            out = self.fs.call(
+                "POST",
+                f"{self.fs._location}/upload/storage/v1/b/{self.bucket}/o",
+                uploadType="multipart",
+                ifGenerationMatch=str(expected),
+                json_out=True,
+                headers={"Content-Type": 'multipart/related; boundary="==0=="'},
+                data=body,
+            )
             return int(out["generation"])
         except (FileExistsError, OSError, ValueError) as exc:
             if "412" in str(exc) or isinstance(exc, FileExistsError) or "recondition" in str(exc):
@@ -249,11 +268,15 @@ def main() -> None:
     from crdb_pubsub.source.storage import open_storage
     from gcs_server import start_gcs_server
 
-    makers = [("google-cloud-storage", lambda srv, run: GcsClient(srv.bucket, f"gcs-{run}/")),
-              ("gcsfs", lambda srv, run: GcsfsClient(srv.bucket, f"gcsfs-{run}/")),
-              ("GcsStorage (ours)", lambda srv, run: OurStorage(open_storage(f"gs://{srv.bucket}/ours-{run}"),
-                                                                "GcsStorage (ours)")),
-              ("PosixStorage (tmp)", None)]
+    makers = [
+        ("google-cloud-storage", lambda srv, run: GcsClient(srv.bucket, f"gcs-{run}/")),
+        ("gcsfs", lambda srv, run: GcsfsClient(srv.bucket, f"gcsfs-{run}/")),
+        (
+            "GcsStorage (ours)",
+            lambda srv, run: OurStorage(open_storage(f"gs://{srv.bucket}/ours-{run}"), "GcsStorage (ours)"),
+        ),
+        ("PosixStorage (tmp)", None),
+    ]
     arrow = arrow_file()
     results = []
     for name, make in makers:
@@ -271,8 +294,10 @@ def main() -> None:
     import gcsfs
     import google.cloud.storage
 
-    print(f"fake-gcs-server 1.54.0 in memory on 127.0.0.1; google-cloud-storage {google.cloud.storage.__version__}, "
-          f"gcsfs {gcsfs.__version__}; median / p90 of {args.n} runs, ms")
+    print(
+        f"fake-gcs-server 1.54.0 in memory on 127.0.0.1; google-cloud-storage {google.cloud.storage.__version__}, "
+        f"gcsfs {gcsfs.__version__}; median / p90 of {args.n} runs, ms"
+    )
     width = 30
     print("operation".ljust(width) + "".join(c.name.rjust(24) for c in clients))
     for op in results[0][0]:

@@ -200,7 +200,7 @@ def baseline(host: str, sub: str, n: int, hold: int = 0) -> float:
             got += len(resp.received_messages)
             if held and (len(held) >= hold or got >= n):
                 for i in range(0, len(held), 2500):
-                    client.acknowledge(request={"subscription": sub, "ack_ids": held[i:i + 2500]})
+                    client.acknowledge(request={"subscription": sub, "ack_ids": held[i : i + 2500]})
                 held = []
     finally:
         client.close()
@@ -217,8 +217,14 @@ def receiver_alone(host: str, sub: str, n: int) -> float:
     from crdb_pubsub.source.driver import Receiver
     from crdb_pubsub.source.transport import Rpc, subscriber_client
 
-    r = Receiver(Rpc(subscriber_client(host)), [sub], lease_seconds=60, max_lease_seconds=3600,
-                 max_messages=50_000, max_bytes=256 << 20)
+    r = Receiver(
+        Rpc(subscriber_client(host)),
+        [sub],
+        lease_seconds=60,
+        max_lease_seconds=3600,
+        max_messages=50_000,
+        max_bytes=256 << 20,
+    )
     got = 0
     t0 = time.perf_counter()
     r.start()
@@ -270,8 +276,9 @@ def streaming_subscriber(host: str, sub: str, n: int) -> float:
         client.close()
 
 
-def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: ProcCpu | None = None
-              ) -> tuple[float, int, int, float, float]:
+def connector(
+    spark, host: str, sub: str, n: int, options: dict[str, str], cpu: ProcCpu | None = None
+) -> tuple[float, int, int, float, float]:
     """(seconds, rows, batches, driver-side runner CPU s, executor workers CPU s) of one drain."""
     runners_before = cpu.runners() if cpu else set()
     executors_before = cpu.executor_seconds() if cpu else 0.0
@@ -284,7 +291,12 @@ def connector(spark, host: str, sub: str, n: int, options: dict[str, str], cpu: 
             reader = reader.option("stateDir", os.path.join(tmp, "state"))
         df = reader.load()
         t0 = time.perf_counter()
-        q = df.writeStream.format("noop").option("checkpointLocation", os.path.join(tmp, "chk")).trigger(availableNow=True).start()
+        q = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(tmp, "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         elapsed = time.perf_counter() - t0
         rows = sum(p["numInputRows"] for p in q.recentProgress)
@@ -314,25 +326,42 @@ def main(argv: list[str] | None = None) -> int:
 
     with emulator(project=PROJECT) as host:
         topic, sub_a = create_topic_and_subscription(host, PROJECT, "bench", "bench-baseline", ack_deadline_seconds=60)
-        _, sub_b = create_topic_and_subscription(host, PROJECT, "bench", "bench-connector", ack_deadline_seconds=60, exist_ok=True)
-        _, sub_cold = create_topic_and_subscription(host, PROJECT, "bench", "bench-cold", ack_deadline_seconds=60, exist_ok=True)
-        _, sub_r = create_topic_and_subscription(host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True)
-        _, sub_s = create_topic_and_subscription(host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True)
-        _, sub_c = create_topic_and_subscription(host, PROJECT, "bench", "bench-executors", ack_deadline_seconds=60, exist_ok=True)
-        _, sub_h = create_topic_and_subscription(host, PROJECT, "bench", "bench-held", ack_deadline_seconds=60, exist_ok=True)
+        _, sub_b = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-connector", ack_deadline_seconds=60, exist_ok=True
+        )
+        _, sub_cold = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-cold", ack_deadline_seconds=60, exist_ok=True
+        )
+        _, sub_r = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True
+        )
+        _, sub_s = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True
+        )
+        _, sub_c = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-executors", ack_deadline_seconds=60, exist_ok=True
+        )
+        _, sub_h = create_topic_and_subscription(
+            host, PROJECT, "bench", "bench-held", ack_deadline_seconds=60, exist_ok=True
+        )
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
         _publish(host, topic, bodies)
-        print(f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
-              f"in {time.perf_counter() - t0:.1f} s to one topic with seven subscriptions")
+        print(
+            f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
+            f"in {time.perf_counter() - t0:.1f} s to one topic with seven subscriptions"
+        )
         r = s_ = None
         if not args.skip_alone:
             r = receiver_alone(host, sub_r, len(bodies))
             s_ = streaming_subscriber(host, sub_s, len(bodies))
 
         spark = (
-            SparkSession.builder.master("local[2]").appName("bench-stream")
-            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+            SparkSession.builder.master("local[2]")
+            .appName("bench-stream")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
@@ -354,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         # (c): the same backlog pulled by the tasks (receiver=executors), after its own warm-up.
         ex_options = {**options, "receiver": "executors"}
         ex_options.setdefault("numPartitions", str(os.cpu_count() or 2))
-        xtopic, xsub = create_topic_and_subscription(host, PROJECT, "warmup-ex", "warmup-ex-sub", ack_deadline_seconds=60)
+        xtopic, xsub = create_topic_and_subscription(
+            host, PROJECT, "warmup-ex", "warmup-ex-sub", ack_deadline_seconds=60
+        )
         _publish(host, xtopic, bodies[:warm_n])
         _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
         c, rows_c, batches_c, drv_c, exe_c = connector(spark, host, sub_c, len(bodies), ex_options, cpu)
@@ -363,30 +394,52 @@ def main(argv: list[str] | None = None) -> int:
 
     rate_a, rate_b, rate_cold = len(bodies) / a, rows / b, cold_rows / cold
     if r is not None and s_ is not None:
-        print(f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)")
-        print(f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)")
+        print(
+            f"(r) crdb_pubsub receiver alone       : {r:7.2f} s  {len(bodies) / r:9,.0f} msg/s  (unary Pull, no Spark)"
+        )
+        print(
+            f"(s) library streaming subscriber     : {s_:7.2f} s  {len(bodies) / s_:9,.0f} msg/s  (StreamingPull + FlowControl, no Spark)"
+        )
     print(f"(a) plain pull(1000)+ack loop        : {a:7.2f} s  {rate_a:9,.0f} msg/s")
     rate_held = len(bodies) / a_held
-    print(f"(a') the loop, acknowledging per 4,000: {a_held:7.2f} s  {rate_held:9,.0f} msg/s  (holds, as ack-on-commit must; "
-          f"emulator CPU {emulator_a_held:.1f} s against {emulator_a:.1f} s for (a))")
-    print(f"(b) crdb_pubsub AvailableNow, warm   : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({rows:,} rows decoded, {batches} batches)")
-    print(f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session, "
-          f"{cold_batches} batches)")
-    print(f"driver CPU per message: {(drv - warm_drv) / max(1, rows - warm_n) * 1e6:.1f} us  (warm query's runner "
-          f"{drv:.2f} s, minus its start-up as the 2,000-message warm-up query's runner: {warm_drv:.2f} s; "
-          f"cold query's runner {cold_drv:.2f} s)")
-    print(f"executor CPU per message: {exe / max(1, rows) * 1e6:.1f} us  (Python workers {exe:.2f} s over the warm "
-          f"query; cold query {cold_exe:.2f} s, {cold_exe / max(1, cold_rows) * 1e6:.1f} us per message)")
-    print(f"    other CPU over the warm query: Spark JVM {spark_jvm:.2f} s, emulator {emulator_jvm:.2f} s "
-          f"(wall {b:.2f} s on {os.cpu_count()} cores shared with whatever else runs)")
+    print(
+        f"(a') the loop, acknowledging per 4,000: {a_held:7.2f} s  {rate_held:9,.0f} msg/s  (holds, as ack-on-commit must; "
+        f"emulator CPU {emulator_a_held:.1f} s against {emulator_a:.1f} s for (a))"
+    )
+    print(
+        f"(b) crdb_pubsub AvailableNow, warm   : {b:7.2f} s  {rate_b:9,.0f} msg/s  ({rows:,} rows decoded, {batches} batches)"
+    )
+    print(
+        f"    crdb_pubsub AvailableNow, cold   : {cold:7.2f} s  {rate_cold:9,.0f} msg/s  (first query of the session, "
+        f"{cold_batches} batches)"
+    )
+    print(
+        f"driver CPU per message: {(drv - warm_drv) / max(1, rows - warm_n) * 1e6:.1f} us  (warm query's runner "
+        f"{drv:.2f} s, minus its start-up as the 2,000-message warm-up query's runner: {warm_drv:.2f} s; "
+        f"cold query's runner {cold_drv:.2f} s)"
+    )
+    print(
+        f"executor CPU per message: {exe / max(1, rows) * 1e6:.1f} us  (Python workers {exe:.2f} s over the warm "
+        f"query; cold query {cold_exe:.2f} s, {cold_exe / max(1, cold_rows) * 1e6:.1f} us per message)"
+    )
+    print(
+        f"    other CPU over the warm query: Spark JVM {spark_jvm:.2f} s, emulator {emulator_jvm:.2f} s "
+        f"(wall {b:.2f} s on {os.cpu_count()} cores shared with whatever else runs)"
+    )
     rate_c = rows_c / c
-    print(f"(c) crdb_pubsub receiver=executors   : {c:7.2f} s  {rate_c:9,.0f} msg/s  ({rows_c:,} rows, {batches_c} batches, "
-          f"numPartitions {ex_options['numPartitions']}; ratio (c)/(a) = {rate_c / rate_a:.2f})")
-    print(f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
-          f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
-          f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks)")
-    print(f"against (a'), the emulator's ceiling for any consumer that holds messages until a commit: (a')/(a) = "
-          f"{rate_held / rate_a:.2f}; (b)/(a') warm = {rate_b / rate_held:.2f}, cold = {rate_cold / rate_held:.2f}")
+    print(
+        f"(c) crdb_pubsub receiver=executors   : {c:7.2f} s  {rate_c:9,.0f} msg/s  ({rows_c:,} rows, {batches_c} batches, "
+        f"numPartitions {ex_options['numPartitions']}; ratio (c)/(a) = {rate_c / rate_a:.2f})"
+    )
+    print(
+        f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
+        f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
+        f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks)"
+    )
+    print(
+        f"against (a'), the emulator's ceiling for any consumer that holds messages until a commit: (a')/(a) = "
+        f"{rate_held / rate_a:.2f}; (b)/(a') warm = {rate_b / rate_held:.2f}, cold = {rate_cold / rate_held:.2f}"
+    )
     print(f"ratio (b)/(a) warm = {rate_b / rate_a:.2f}, cold = {rate_cold / rate_a:.2f}  (goal >= 0.8)")
     if rows != len(bodies) or cold_rows != len(bodies) or rows_c != len(bodies):
         print(f"WARNING: connector produced {rows}/{cold_rows}/{rows_c} rows for {len(bodies)} messages")

@@ -40,20 +40,33 @@ def main(argv: list[str] | None = None) -> int:
         publisher.transport.close()
 
         # 2. The stream, applied batch by batch to a Delta Lake table per source table.
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")  # small state tables: 200 shuffle tasks only cost time
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")  # small state tables: 200 shuffle tasks only cost time
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
         state_dir = os.path.join(tmp, "state")
         schemas = spark_schemas()  # e.g. {"users": "id STRING, ..., balance DECIMAL(12,2), ..."}
         query = (
-            spark.readStream.format("crdb_pubsub").option("subscription", ",".join(subs))
-            .option("emulatorHost", host).load()
-            .writeStream.foreachBatch(foreach_batch_apply(state_dir, schemas, on_result=lambda r: print(
-                f"batch {r.batch_id}: " + ", ".join(f"{t} ~{c.upserts} -{c.deletes} = {c.rows}"
-                                                    for t, c in sorted(r.tables.items())))))
+            spark.readStream.format("crdb_pubsub")
+            .option("subscription", ",".join(subs))
+            .option("emulatorHost", host)
+            .load()
+            .writeStream.foreachBatch(
+                foreach_batch_apply(
+                    state_dir,
+                    schemas,
+                    on_result=lambda r: print(
+                        f"batch {r.batch_id}: "
+                        + ", ".join(f"{t} ~{c.upserts} -{c.deletes} = {c.rows}" for t, c in sorted(r.tables.items()))
+                    ),
+                )
+            )
             .option("checkpointLocation", os.path.join(tmp, "checkpoint"))
             .trigger(availableNow=True)
             .start()
@@ -61,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         query.awaitTermination()
 
         # 3. The result: typed tables equal to what the "database" holds, readable by other engines.
-        read_state(state_dir, "vehicles", spark=spark).select("city", "id", "odometer", "status").show(5, truncate=False)
+        read_state(state_dir, "vehicles", spark=spark).select("city", "id", "odometer", "status").show(
+            5, truncate=False
+        )
         import duckdb
         from deltalake import DeltaTable
 

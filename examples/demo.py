@@ -32,18 +32,25 @@ PROJECT = "demo-project"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000,
-                    help="row changes to publish in a bounded run, as fast as the emulator takes them (default 20000)")
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=20_000,
+        help="row changes to publish in a bounded run, as fast as the emulator takes them (default 20000)",
+    )
     ap.add_argument("--forever", action="store_true", help="keep publishing and streaming until Ctrl-C")
-    ap.add_argument("--rate", type=float, default=500.0, help="messages per second to publish with --forever "
-                    "(default 500)")
+    ap.add_argument(
+        "--rate", type=float, default=500.0, help="messages per second to publish with --forever (default 500)"
+    )
     ap.add_argument("--envelope", default="wrapped", choices=["wrapped", "enriched"])
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--shuffle-window", type=int, default=50, help="out-of-order delivery window (default 50)")
     ap.add_argument("--duplicate-fraction", type=float, default=0.02, help="re-emitted duplicates (default 0.02)")
     ap.add_argument("--max-messages-per-trigger", type=int, default=5000)
     ap.add_argument("--trigger-seconds", type=float, default=1.0)
-    ap.add_argument("--state-dir", default=None, help="where the Delta state tables go (default: a temporary directory)")
+    ap.add_argument(
+        "--state-dir", default=None, help="where the Delta state tables go (default: a temporary directory)"
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="give up a bounded run after this many seconds")
     args = ap.parse_args(argv)
     if args.rows <= 0 or args.rate <= 0:
@@ -75,8 +82,12 @@ class Totals:
             self.malformed += res.malformed
             self.errors = (self.errors + res.errors)[:5]
             for table, c in res.tables.items():
-                t = self.tables.setdefault(table, dict.fromkeys(
-                    ("upserts", "deletes", "superseded", "malformed", "rows", "tombstones", "version"), 0))
+                t = self.tables.setdefault(
+                    table,
+                    dict.fromkeys(
+                        ("upserts", "deletes", "superseded", "malformed", "rows", "tombstones", "version"), 0
+                    ),
+                )
                 for k in ("upserts", "deletes", "superseded", "malformed"):
                     t[k] += getattr(c, k)
                 t["rows"], t["tombstones"], t["version"] = c.rows, c.tombstones, c.version
@@ -100,8 +111,15 @@ class Publisher(threading.Thread):
             left = self.rows
             while not self.stop_event.is_set() and (self.forever or left > 0):
                 n = chunk if self.forever else min(chunk, left)
-                rep = self.sim.publish(self.publisher, PROJECT, n, rate=self.rate if self.forever else None,
-                                       create_topics=False, shuffle_window=self.shuffle, duplicate_fraction=self.dups)
+                rep = self.sim.publish(
+                    self.publisher,
+                    PROJECT,
+                    n,
+                    rate=self.rate if self.forever else None,
+                    create_topics=False,
+                    shuffle_window=self.shuffle,
+                    duplicate_fraction=self.dups,
+                )
                 self.published += rep.published
                 self.row_messages += rep.row_messages
                 left -= n
@@ -139,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         state_dir = args.state_dir or os.path.join(tmp, "state")
         print(f"\n==> Pub/Sub emulator at {host_port}")
         kw = {"enriched_properties": "source"} if args.envelope == "enriched" else {"diff": True}
-        sim = ChangefeedSimulator(seed=args.seed, envelope=args.envelope, updated=True, resolved_every=100,
-                                  mix=(0.5, 0.35, 0.15), **kw)
+        sim = ChangefeedSimulator(
+            seed=args.seed, envelope=args.envelope, updated=True, resolved_every=100, mix=(0.5, 0.35, 0.15), **kw
+        )
         subs = []
         for topic in sim.topics():
             _, sub = create_topic_and_subscription(host_port, PROJECT, topic, f"{topic}-spark", exist_ok=True)
@@ -149,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         print("==> starting Spark (local[2]) ...")
         t_spark = time.monotonic()
         spark = (
-            SparkSession.builder.master("local[2]").appName("crdb-pubsub-demo")
-            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+            SparkSession.builder.master("local[2]")
+            .appName("crdb-pubsub-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.showConsoleProgress", "false")
             # Idle queries report progress (and the source's ack counters) every second, not every 10.
             .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
             .getOrCreate()
@@ -176,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             .start()
         )
         publisher = make_publisher(host_port)
-        pub = Publisher(sim, publisher, args.rows, args.rate, args.forever, args.shuffle_window,
-                        args.duplicate_fraction)
+        pub = Publisher(
+            sim, publisher, args.rows, args.rate, args.forever, args.shuffle_window, args.duplicate_fraction
+        )
         mode = f"until Ctrl-C at {args.rate:g} msg/s" if args.forever else f"{args.rows} row changes, published at once"
-        print(f"==> streaming {', '.join(sim.topics())} into {state_dir} ({mode}; "
-              f"shuffle window {args.shuffle_window}, {args.duplicate_fraction:.0%} duplicates)\n")
+        print(
+            f"==> streaming {', '.join(sim.topics())} into {state_dir} ({mode}; "
+            f"shuffle window {args.shuffle_window}, {args.duplicate_fraction:.0%} duplicates)\n"
+        )
         pub.start()
         t0 = time.monotonic()
         last_print = 0.0
@@ -204,13 +229,17 @@ def main(argv: list[str] | None = None) -> int:
                     with totals.lock:
                         rows_state = " ".join(f"{t} {c['rows']}" for t, c in sorted(totals.tables.items()))
                         batches, seen = totals.batches, totals.messages
-                    print(f"[{now - t0:5.1f}s] published {pub.published:6d} | batches {batches:3d} | "
-                          f"applied {seen:6d} msgs ({seen / max(now - t0, 1e-9):6.0f}/s) | "
-                          f"acked {m.get('acknowledged', 0):6d} in-flight {m.get('inFlight', 0):5d} | "
-                          f"lag {m.get('oldestUnackedAgeSeconds', 0) or 0:4.1f}s | state rows: {rows_state}",
-                          flush=True)
+                    print(
+                        f"[{now - t0:5.1f}s] published {pub.published:6d} | batches {batches:3d} | "
+                        f"applied {seen:6d} msgs ({seen / max(now - t0, 1e-9):6.0f}/s) | "
+                        f"acked {m.get('acknowledged', 0):6d} in-flight {m.get('inFlight', 0):5d} | "
+                        f"lag {m.get('oldestUnackedAgeSeconds', 0) or 0:4.1f}s | state rows: {rows_state}",
+                        flush=True,
+                    )
                 if interrupted.is_set() and not pub.stop_event.is_set():
-                    print("\n==> Ctrl-C: stopping the publisher, letting the stream catch up (Ctrl-C again to quit now)")
+                    print(
+                        "\n==> Ctrl-C: stopping the publisher, letting the stream catch up (Ctrl-C again to quit now)"
+                    )
                     pub.stop_event.set()
                     interrupted.clear()
                 elif interrupted.is_set():
@@ -235,32 +264,50 @@ def main(argv: list[str] | None = None) -> int:
         time.monotonic() - t0
         m = source_metrics(query)
 
-        print(f"\n==> streamed {totals.messages} messages in {totals.batches} micro-batches; acknowledged "
-              f"{m.get('acknowledged', 0)}, malformed {totals.malformed}")
-        print(f"    start-up: Spark {t0 - t_spark:.1f} s, then the first batch applied "
-              + (f"{totals.first[0] - t0:.1f} s after the query started (Python workers start, first imports)"
-                 if totals.first else "never"))
+        print(
+            f"\n==> streamed {totals.messages} messages in {totals.batches} micro-batches; acknowledged "
+            f"{m.get('acknowledged', 0)}, malformed {totals.malformed}"
+        )
+        print(
+            f"    start-up: Spark {t0 - t_spark:.1f} s, then the first batch applied "
+            + (
+                f"{totals.first[0] - t0:.1f} s after the query started (Python workers start, first imports)"
+                if totals.first
+                else "never"
+            )
+        )
         if totals.first and totals.messages > totals.first[1] and totals.last > totals.first[0]:
             steady = (totals.messages - totals.first[1]) / (totals.last - totals.first[0])
-            print(f"    steady pace: {totals.messages - totals.first[1]} messages in {totals.batches - 1} batches, "
-                  f"{totals.last - totals.first[0]:.1f} s after the first = {steady:,.0f} msg/s, each batch decoded "
-                  "and applied to Delta (a real sink's pace, not the source's alone: see docs/performance.md)\n")
+            print(
+                f"    steady pace: {totals.messages - totals.first[1]} messages in {totals.batches - 1} batches, "
+                f"{totals.last - totals.first[0]:.1f} s after the first = {steady:,.0f} msg/s, each batch decoded "
+                "and applied to Delta (a real sink's pace, not the source's alone: see docs/performance.md)\n"
+            )
         else:
             print("    steady pace: everything fit in the first batch (publish more with --rows to measure it)\n")
-        header = f"{'table':10s} {'upserts':>8s} {'deletes':>8s} {'superseded':>10s} {'malformed':>9s} " \
-                 f"{'rows in state':>13s} {'tombstones':>10s} {'delta version':>13s}"
+        header = (
+            f"{'table':10s} {'upserts':>8s} {'deletes':>8s} {'superseded':>10s} {'malformed':>9s} "
+            f"{'rows in state':>13s} {'tombstones':>10s} {'delta version':>13s}"
+        )
         print(header)
         print("-" * len(header))
         for table, c in sorted(totals.tables.items()):
-            print(f"{table:10s} {c['upserts']:8d} {c['deletes']:8d} {c['superseded']:10d} {c['malformed']:9d} "
-                  f"{c['rows']:13d} {c['tombstones']:10d} {c['version']:13d}")
-        print("(superseded = duplicates, changes older than the state's version of their key, and column-family\n"
-              " messages folded into their row; tombstones = deleted keys kept so late older changes lose)\n")
+            print(
+                f"{table:10s} {c['upserts']:8d} {c['deletes']:8d} {c['superseded']:10d} {c['malformed']:9d} "
+                f"{c['rows']:13d} {c['tombstones']:10d} {c['version']:13d}"
+            )
+        print(
+            "(superseded = duplicates, changes older than the state's version of their key, and column-family\n"
+            " messages folded into their row; tombstones = deleted keys kept so late older changes lose)\n"
+        )
         if "users" in totals.tables:
-            print(f"A few rows of the users Delta table {os.path.join(state_dir, 'users')} "
-                  "(typed: balance is DECIMAL(12,2)):")
-            read_state(state_dir, "users", spark=spark).select("id", "city", "name", "balance", "created_at") \
-                .orderBy("id").show(5, truncate=False)
+            print(
+                f"A few rows of the users Delta table {os.path.join(state_dir, 'users')} "
+                "(typed: balance is DECIMAL(12,2)):"
+            )
+            read_state(state_dir, "users", spark=spark).select("id", "city", "name", "balance", "created_at").orderBy(
+                "id"
+            ).show(5, truncate=False)
 
         if ok:
             problems = compare_to_ground_truth(state_dir, sim.ground_truth(), schemas, primary_keys())

@@ -26,6 +26,7 @@ def pytest_collection_modifyitems(config, items):
         if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.integration)
 
+
 # Spark's Python workers run `python3` from PATH unless told otherwise: point them at this venv.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -167,7 +168,9 @@ def pull_ids(host_port: str, subscription: str, *, timeout: float = 2.0, max_mes
 
     sub = subscriber_client(host_port)
     try:
-        resp = sub.pull(request={"subscription": subscription, "max_messages": max_messages}, timeout=timeout, retry=None)
+        resp = sub.pull(
+            request={"subscription": subscription, "max_messages": max_messages}, timeout=timeout, retry=None
+        )
         return [rm.message.message_id for rm in resp.received_messages]
     except gexc.DeadlineExceeded:
         return []

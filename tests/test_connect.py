@@ -35,13 +35,19 @@ spark.stop()
 
 def test_available_now_drain_through_spark_connect(emulator_host, make_subscription, publish, tmp_path):
     topic, sub = make_subscription(ack_deadline_seconds=10)
-    ids = publish(topic, [f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"c"}}'.encode()
-                          for i in range(300)])
+    ids = publish(
+        topic, [f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"c"}}'.encode() for i in range(300)]
+    )
     script = tmp_path / "job.py"
     script.write_text(_JOB)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(script), emulator_host, sub, str(tmp_path / "out")], env=env,
-                          capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [sys.executable, str(script), emulator_host, sub, str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     got = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("IDS "))[4:])
     lost, duplicated = len(set(ids) - set(got)), len(got) - len(set(got))

@@ -87,8 +87,11 @@ class XmlFront:
                         fh.write(f"{self.command} {self.path}\n")
                     return self.reply(501, {}, f"XmlFront: no translation for {self.command} {self.path}".encode())
                 after = query.pop("start-after", [None])[0] if "list-type" in query else None
-                path = url.path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "") \
-                    if after is not None else self.path
+                path = (
+                    url.path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
+                    if after is not None
+                    else self.path
+                )
                 status, out_headers, data = front.forward(self.command, path, body, headers)
                 if after is not None and status == 200:
                     data = _drop_keys_up_to(data, after)
@@ -128,12 +131,20 @@ class XmlFront:
         if "x-goog-if-generation-match" in headers:
             query["ifGenerationMatch"] = headers["x-goog-if-generation-match"]
         boundary = uuid.uuid4().hex
-        body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}"
-                f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + data + \
-            f"\r\n--{boundary}--\r\n".encode()
-        status, _, out = self.forward("POST", f"/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?"
-                                      + urllib.parse.urlencode(query), body,
-                                      {"content-type": f"multipart/related; boundary={boundary}"})
+        body = (
+            (
+                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}"
+                f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        status, _, out = self.forward(
+            "POST",
+            f"/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?" + urllib.parse.urlencode(query),
+            body,
+            {"content-type": f"multipart/related; boundary={boundary}"},
+        )
         if status != 200:
             return status, {}, b""
         obj = json.loads(out)
@@ -148,8 +159,13 @@ class XmlFront:
 
 def start_xml_front(upstream: str, refused: Path) -> tuple[subprocess.Popen, str]:
     """This file run as ``python test_dataproc.py xml-front UPSTREAM REFUSED``: the front's process and endpoint."""
-    proc = subprocess.Popen([sys.executable, __file__, "xml-front", upstream, str(refused)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "xml-front", upstream, str(refused)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent,
+    )
     endpoint = proc.stdout.readline().strip()
     if not endpoint.startswith("http://"):
         proc.kill()
@@ -183,8 +199,17 @@ def delta_gcs(gcs_server, tmp_path_factory):
     refused = folder / "refused.txt"
     proc, endpoint = start_xml_front(gcs_server.endpoint, refused)
     account = folder / "service-account.json"
-    account.write_text(json.dumps({"gcs_base_url": endpoint, "disable_oauth": True,
-                                   "client_email": "", "private_key": "", "private_key_id": ""}))
+    account.write_text(
+        json.dumps(
+            {
+                "gcs_base_url": endpoint,
+                "disable_oauth": True,
+                "client_email": "",
+                "private_key": "",
+                "private_key_id": "",
+            }
+        )
+    )
     try:
         yield {"google_service_account": str(account)}, {"GOOGLE_SERVICE_ACCOUNT": str(account)}
     finally:
@@ -200,8 +225,12 @@ def delta_gcs(gcs_server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-w", str(out), "-q"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-w", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     (whl,) = out.glob("crdb_pubsub-*.whl")
     return whl
@@ -212,13 +241,16 @@ def test_the_wheel_carries_every_module(wheel):
     folder whatever setup.cfg lists, so a sub-package the wheel leaves out shows only here."""
     import zipfile
 
-    folders = {"connector/autoregister": "pyspark_crdb_pubsub", "connector": "crdb_pubsub",
-               "emulator": "crdb_pubsub/emulator"}
+    folders = {
+        "connector/autoregister": "pyspark_crdb_pubsub",
+        "connector": "crdb_pubsub",
+        "emulator": "crdb_pubsub/emulator",
+    }
     want = set()
     for path in (ROOT / "connector").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
         src = next(f for f in folders if rel.startswith(f + "/"))
-        want.add(folders[src] + rel[len(src):])
+        want.add(folders[src] + rel[len(src) :])
     want |= {"crdb_pubsub/emulator/" + p.name for p in (ROOT / "emulator").glob("*.py")}
     with zipfile.ZipFile(wheel) as whl:
         have = {n for n in whl.namelist() if n.endswith(".py")}
@@ -240,8 +272,9 @@ class _Watch(threading.Thread):
 
 
 @pytest.mark.parametrize("receiver", ["driver", "executors"])
-def test_streaming_job_via_spark_submit_with_the_wheel(gcs_server, delta_gcs, emulator_host, wheel,
-                                                       gcs_state_url: str, tmp_path: Path, receiver: str):
+def test_streaming_job_via_spark_submit_with_the_wheel(
+    gcs_server, delta_gcs, emulator_host, wheel, gcs_state_url: str, tmp_path: Path, receiver: str
+):
     """The job as Dataproc runs it, with either receiver: the source's stateDir and the Delta tables
     on gs:// (the checkpoint stays local: Spark reaches gs:// through the Cloud Storage connector's
     jar, which this machine can't fetch)."""
@@ -256,16 +289,43 @@ def test_streaming_job_via_spark_submit_with_the_wheel(gcs_server, delta_gcs, em
     source_state, tables = f"{gcs_state_url}/source-state", f"{gcs_state_url}/tables"
     checkpoint = tmp_path / "checkpoint"
     env = {k: v for k, v in os.environ.items() if k != "PUBSUB_EMULATOR_HOST"}
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               STORAGE_EMULATOR_HOST=gcs_server.endpoint, **delta_env)
+    env.update(
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        STORAGE_EMULATOR_HOST=gcs_server.endpoint,
+        **delta_env,
+    )
     cmd = [
-        _spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.sql.session.timeZone=UTC",
-        "--py-files", str(wheel), str(JOB),
-        "--subscriptions", ",".join(subs), "--emulator-host", emulator_host,
-        "--checkpoint", str(checkpoint), "--state-dir", tables, "--simulator-schemas",
-        "--available-now", "--option", "maxMessagesPerTrigger=400", "--option", "ackDeadlineSeconds=30",
-        "--option", f"stateDir={source_state}", "--option", f"receiver={receiver}",
+        _spark_submit(),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+        "--py-files",
+        str(wheel),
+        str(JOB),
+        "--subscriptions",
+        ",".join(subs),
+        "--emulator-host",
+        emulator_host,
+        "--checkpoint",
+        str(checkpoint),
+        "--state-dir",
+        tables,
+        "--simulator-schemas",
+        "--available-now",
+        "--option",
+        "maxMessagesPerTrigger=400",
+        "--option",
+        "ackDeadlineSeconds=30",
+        "--option",
+        f"stateDir={source_state}",
+        "--option",
+        f"receiver={receiver}",
     ]
     if receiver == "executors":
         cmd += ["--option", "numPartitions=2"]
@@ -287,8 +347,9 @@ def test_streaming_job_via_spark_submit_with_the_wheel(gcs_server, delta_gcs, em
     assert done["messages"] >= report.published - report.duplicates and done["malformed"] == 0
 
     # The Delta tables are on gs:// and hold the simulator's ground truth.
-    problems = compare_to_ground_truth(tables, sim.ground_truth(), spark_schemas(), primary_keys(),
-                                       storage_options=storage_options)
+    problems = compare_to_ground_truth(
+        tables, sim.ground_truth(), spark_schemas(), primary_keys(), storage_options=storage_options
+    )
     assert problems == []
     assert {t: c["rows"] for t, c in done["tables"].items()} == {t: len(r) for t, r in sim.ground_truth().items()}
     from crdb_pubsub.source.storage import open_storage
@@ -307,18 +368,48 @@ def test_streaming_job_via_spark_submit_with_the_wheel(gcs_server, delta_gcs, em
 
 
 def test_streaming_job_bad_arguments_exit_2():
-    res = subprocess.run([sys.executable, str(JOB), "--subscriptions", "x", "--checkpoint", "c", "--state-dir", "s",
-                          "--option", "noequals"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(JOB),
+            "--subscriptions",
+            "x",
+            "--checkpoint",
+            "c",
+            "--state-dir",
+            "s",
+            "--option",
+            "noequals",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "KEY=VALUE" in res.stderr
 
 
-@pytest.mark.parametrize("state_dir", ["gs://b/cdc/checkpoint", "gs://b/cdc/checkpoint/state/", "gs://b/cdc",
-                                       "gs://b/cdc/tables/source"])
+@pytest.mark.parametrize(
+    "state_dir", ["gs://b/cdc/checkpoint", "gs://b/cdc/checkpoint/state/", "gs://b/cdc", "gs://b/cdc/tables/source"]
+)
 def test_streaming_job_refuses_a_source_state_dir_that_overlaps(state_dir):
     """The source's stateDir needs a prefix of its own: not the checkpoint's, nor the Delta tables'."""
-    res = subprocess.run([sys.executable, str(JOB), "--subscriptions", "x", "--checkpoint", "gs://b/cdc/checkpoint",
-                          "--state-dir", "gs://b/cdc/tables", "--option", f"stateDir={state_dir}"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(JOB),
+            "--subscriptions",
+            "x",
+            "--checkpoint",
+            "gs://b/cdc/checkpoint",
+            "--state-dir",
+            "gs://b/cdc/tables",
+            "--option",
+            f"stateDir={state_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "prefix of its own" in res.stderr, res.stderr
 
 

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_imports_point_one_way():
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
-    done = subprocess.run([exe, "--config", str(ROOT / "setup.cfg")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [exe, "--config", str(ROOT / "setup.cfg")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr

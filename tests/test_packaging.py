@@ -43,18 +43,31 @@ def test_format_works_without_register_in_a_fresh_driver(emulator_host, make_sub
     reads ``format("crdb_pubsub")`` with nothing imported or registered (issue 14, item 2)."""
     root = Path(__file__).resolve().parent.parent
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--target", str(target), str(root)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(root)],
+        check=True,
+        timeout=300,
+    )
     assert (target / "pyspark_crdb_pubsub" / "__init__.py").exists()
     topic, sub = make_subscription()
     ids = publish(topic, [b'{"resolved":"1.0000000000"}'] * 25)
-    env = {**os.environ, "PYTHONPATH": str(target), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(target),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     script = tmp_path / "job.py"
     script.write_text(_NO_REGISTER_JOB)
     # -I is too strict (it drops the venv's site-packages); -s keeps user site out, and the job runs
     # outside the repository so that nothing resolves through the editable install's sources.
-    done = subprocess.run([sys.executable, "-s", str(script), emulator_host, sub, str(tmp_path / "out")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [sys.executable, "-s", str(script), emulator_host, sub, str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"ROWS {len(ids)}" in done.stdout

@@ -18,7 +18,7 @@ def _mixed_bodies(n: int, seed: int = 7) -> list[bytes]:
     """Realistic changefeed traffic (rows of three tables, resolved messages) plus a few bad bodies."""
     sim = ChangefeedSimulator(seed=seed, updated=True, diff=True, resolved_every=50)
     bodies = [m.data for m in sim.events(n)]
-    bad = [b" \n", b"{not json", b"[1, {\"a\": 1}]", b"\xff\xfe", b'{"Key":[1],"Topic":"t"}']
+    bad = [b" \n", b"{not json", b'[1, {"a": 1}]', b"\xff\xfe", b'{"Key":[1],"Topic":"t"}']
     # (a blank body, not an empty one: an empty body is a Debezium tombstone since issue 14)
     for i, b in enumerate(bad):
         bodies[(i + 1) * (len(bodies) // (len(bad) + 1))] = b
@@ -53,7 +53,9 @@ def test_available_now_drains_backlog_into_parquet_and_acks_everything(
 ):
     topic, sub = make_subscription(ack_deadline_seconds=5)
     bodies = _mixed_bodies(5000)
-    ids = publish(topic, bodies, attributes={"origin": "test"})  # Pub/Sub rejects a message with no data and no attributes
+    ids = publish(
+        topic, bodies, attributes={"origin": "test"}
+    )  # Pub/Sub rejects a message with no data and no attributes
     assert len(ids) == 5000
 
     df = _reader(spark, emulator_host, sub, ackDeadlineSeconds=5, maxMessagesPerTrigger=2000)
@@ -82,9 +84,13 @@ def test_available_now_drains_backlog_into_parquet_and_acks_everything(
     assert pull_ids(emulator_host, sub, timeout=2.0) == []
 
 
-def test_failing_batch_is_not_acknowledged_and_is_redelivered(spark, emulator_host, make_subscription, publish, tmp_path: Path):
+def test_failing_batch_is_not_acknowledged_and_is_redelivered(
+    spark, emulator_host, make_subscription, publish, tmp_path: Path
+):
     topic, sub = make_subscription(ack_deadline_seconds=3)
-    ids = publish(topic, [json.dumps({"Key": [i], "Value": {"after": {"id": i}}, "Topic": "t"}).encode() for i in range(600)])
+    ids = publish(
+        topic, [json.dumps({"Key": [i], "Value": {"after": {"id": i}}, "Topic": "t"}).encode() for i in range(600)]
+    )
     seen_file = tmp_path / "seen.jsonl"
     failed_file = tmp_path / "failed.json"
 
@@ -109,8 +115,13 @@ def test_failing_batch_is_not_acknowledged_and_is_redelivered(spark, emulator_ho
 
     q = run()
     try:
-        wait_for(q, lambda: seen_file.exists() and set(ids) <= set(seen_file.read_text().split()), 120,
-                 "every message in the sink after the restart", 1.0)
+        wait_for(
+            q,
+            lambda: seen_file.exists() and set(ids) <= set(seen_file.read_text().split()),
+            120,
+            "every message in the sink after the restart",
+            1.0,
+        )
     finally:
         q.stop()
     seen = set(seen_file.read_text().split())
@@ -129,8 +140,17 @@ def test_progress_reports_receiver_metrics(spark, emulator_host, make_subscripti
         last = _poll_metrics(q, lambda m: (m.get("ackConfirmed"), m.get("malformed")) == (2, 1), timeout=60)
     finally:
         q.stop()
-    for key in ("received", "inFlight", "acknowledged", "ackConfirmed", "ackFailed", "leasesExtended",
-                "redeliveriesDropped", "malformed", "oldestUnackedAgeSeconds"):
+    for key in (
+        "received",
+        "inFlight",
+        "acknowledged",
+        "ackConfirmed",
+        "ackFailed",
+        "leasesExtended",
+        "redeliveriesDropped",
+        "malformed",
+        "oldestUnackedAgeSeconds",
+    ):
         assert key in last, key
     assert last["received"] == 2 and last["acknowledged"] == 2 and last["malformed"] == 1 and last["inFlight"] == 0
 
@@ -159,9 +179,12 @@ def test_credentials_do_not_leak_into_errors_or_plans(spark):
     with pytest.raises(Exception) as info:
         r.load()
     assert "SECRETSECRET" not in str(info.value)
-    df = spark.readStream.format("crdb_pubsub").option("subscription", "projects/p/subscriptions/sub-x").option(
-        "credentialsJson", secret
-    ).load()
+    df = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", "projects/p/subscriptions/sub-x")
+        .option("credentialsJson", secret)
+        .load()
+    )
     assert "SECRETSECRET" not in df._jdf.queryExecution().toString()
 
 
@@ -179,7 +202,9 @@ def test_unreachable_emulator_fails_the_query_quickly(spark, tmp_path: Path):
     assert time.monotonic() - t0 < 60
 
 
-def test_stopped_query_hands_held_messages_back_at_once(spark, emulator_host, make_subscription, publish, tmp_path: Path):
+def test_stopped_query_hands_held_messages_back_at_once(
+    spark, emulator_host, make_subscription, publish, tmp_path: Path
+):
     # A 60 s lease: without the hand-back the messages would stay invisible for a minute.
     topic, sub = make_subscription(ack_deadline_seconds=60)
     ids = publish(topic, [f'{{"resolved":"{i}.0000000000"}}'.encode() for i in range(50)])

@@ -122,10 +122,17 @@ def _query_id(batch_df: DataFrame) -> str | None:
         return None
 
 
-def apply_batch(batch: DataFrame | pa.Table | pa.RecordBatch, batch_id: int, *, state_dir: str,
-                app_id: str, schemas: Mapping[str, str | StructType] | None = None,
-                bare_op_column: str | None = None, storage_options: Mapping[str, str] | None = None,
-                store: DeltaStore | None = None) -> ApplyResult:
+def apply_batch(
+    batch: DataFrame | pa.Table | pa.RecordBatch,
+    batch_id: int,
+    *,
+    state_dir: str,
+    app_id: str,
+    schemas: Mapping[str, str | StructType] | None = None,
+    bare_op_column: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    store: DeltaStore | None = None,
+) -> ApplyResult:
     """Merge one micro-batch of ``crdb_pubsub`` rows into the Delta tables under ``state_dir``.
 
     ``batch``: the source's rows (a Spark DataFrame, or an Arrow table with the same columns).
@@ -134,15 +141,20 @@ def apply_batch(batch: DataFrame | pa.Table | pa.RecordBatch, batch_id: int, *, 
     :class:`SchemaChangeError`, :class:`BareDeleteError` or ``ValueError`` (unusable table name).
     """
     store = store or DeltaStore(state_dir, storage_options)
-    return apply_arrow(_arrow_of(batch), batch_id, store=store, app_id=app_id, schemas=schemas,
-                       bare_op_column=bare_op_column)
+    return apply_arrow(
+        _arrow_of(batch), batch_id, store=store, app_id=app_id, schemas=schemas, bare_op_column=bare_op_column
+    )
 
 
-def foreach_batch_apply(state_dir: str, schemas: Mapping[str, str | StructType] | None = None, *,
-                        app_id: str | None = None, bare_op_column: str | None = None,
-                        storage_options: Mapping[str, str] | None = None,
-                        on_result: Callable[[ApplyResult], None] | None = None
-                        ) -> Callable[[DataFrame, int], None]:
+def foreach_batch_apply(
+    state_dir: str,
+    schemas: Mapping[str, str | StructType] | None = None,
+    *,
+    app_id: str | None = None,
+    bare_op_column: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    on_result: Callable[[ApplyResult], None] | None = None,
+) -> Callable[[DataFrame, int], None]:
     """``writeStream.foreachBatch(foreach_batch_apply(state_dir, schemas))``: :func:`apply_batch` per batch.
 
     ``app_id`` defaults to the streaming query's id (kept in the checkpoint, so a restarted query
@@ -155,8 +167,14 @@ def foreach_batch_apply(state_dir: str, schemas: Mapping[str, str | StructType] 
         qid = app_id or _query_id(batch_df)
         if not qid:
             raise ValueError("foreach_batch_apply: no streaming query id here (Spark Connect?); pass app_id=")
-        res = apply_arrow(_arrow_of(batch_df), batch_id, store=store, app_id=f"crdb_pubsub.apply:{qid}",
-                          schemas=schemas, bare_op_column=bare_op_column)
+        res = apply_arrow(
+            _arrow_of(batch_df),
+            batch_id,
+            store=store,
+            app_id=f"crdb_pubsub.apply:{qid}",
+            schemas=schemas,
+            bare_op_column=bare_op_column,
+        )
         apply_fn.last_result = res  # type: ignore[attr-defined]
         if on_result is not None:
             on_result(res)
@@ -165,17 +183,24 @@ def foreach_batch_apply(state_dir: str, schemas: Mapping[str, str | StructType] 
     return apply_fn
 
 
-def read_state(state_dir: str, table: str, *, include_deleted: bool = False, with_meta: bool = False,
-               storage_options: Mapping[str, str] | None = None, spark: SparkSession | None = None
-               ) -> pa.Table | DataFrame:
+def read_state(
+    state_dir: str,
+    table: str,
+    *,
+    include_deleted: bool = False,
+    with_meta: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+    spark: SparkSession | None = None,
+) -> pa.Table | DataFrame:
     """The live rows of ``table`` (tombstones excluded): an Arrow table, or a DataFrame with ``spark``.
 
     ``include_deleted`` keeps tombstones, ``with_meta`` the ``_crdb_*`` columns. ``LookupError``
     when the table has no state yet. (With delta-spark, ``spark.read.format("delta")`` and
     :func:`current_state_sql` read the same table.)
     """
-    out = _read_state(state_dir, table, include_deleted=include_deleted, with_meta=with_meta,
-                      storage_options=storage_options)
+    out = _read_state(
+        state_dir, table, include_deleted=include_deleted, with_meta=with_meta, storage_options=storage_options
+    )
     return out if spark is None else spark.createDataFrame(out)
 
 
@@ -194,14 +219,20 @@ def state_tables(state_dir: str, storage_options: Mapping[str, str] | None = Non
     if not os.path.isdir(state_dir):
         return []
     options = dict(storage_options) if storage_options is not None else None  # (deltalake takes only a dict)
-    return sorted(n for n in os.listdir(state_dir)
-                  if DeltaTable.is_deltatable(os.path.join(state_dir, n), storage_options=options))
+    return sorted(
+        n
+        for n in os.listdir(state_dir)
+        if DeltaTable.is_deltatable(os.path.join(state_dir, n), storage_options=options)
+    )
 
 
-def foreach_batch_merge_into(tables: Mapping[str, str], schemas: Mapping[str, str | StructType], *,
-                             bare_op_column: str | None = None,
-                             on_statement: Callable[[str], None] | None = None
-                             ) -> Callable[[DataFrame, int], None]:
+def foreach_batch_merge_into(
+    tables: Mapping[str, str],
+    schemas: Mapping[str, str | StructType],
+    *,
+    bare_op_column: str | None = None,
+    on_statement: Callable[[str], None] | None = None,
+) -> Callable[[DataFrame, int], None]:
     """``foreachBatch`` that applies each batch with Spark SQL ``MERGE INTO`` on catalog tables.
 
     ``tables`` maps source table names to catalog tables (``{"users": "lake.cdc.users"}``), which
@@ -234,8 +265,10 @@ def create_table_sql(target: str, schema: str | StructType, *, using: str = "del
     """``CREATE TABLE IF NOT EXISTS`` for a catalog state table: the columns and the bookkeeping ones."""
     from ..decode.ddl import to_ddl
 
-    return (f"CREATE TABLE IF NOT EXISTS {target} ({to_ddl(as_struct(schema))}, _crdb_key STRING, "
-            f"_crdb_hlc STRING, _crdb_order STRING, _crdb_deleted BOOLEAN, _crdb_batch_id BIGINT) USING {using}")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {target} ({to_ddl(as_struct(schema))}, _crdb_key STRING, "
+        f"_crdb_hlc STRING, _crdb_order STRING, _crdb_deleted BOOLEAN, _crdb_batch_id BIGINT) USING {using}"
+    )
 
 
 __all__ += ["DeltaStore", "create_table_sql", "table_path"]

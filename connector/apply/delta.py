@@ -128,9 +128,11 @@ class DeltaStore:
             if old is None:
                 fields.append(f)
             elif old.dataType != f.dataType:
-                raise SchemaChangeError(f"table {name}: column {f.name} is {old.dataType.simpleString()} in the "
-                                        f"Delta table but {f.dataType.simpleString()} in the schema given; "
-                                        "a type change needs a new table (or an ALTER on the Delta table)")
+                raise SchemaChangeError(
+                    f"table {name}: column {f.name} is {old.dataType.simpleString()} in the "
+                    f"Delta table but {f.dataType.simpleString()} in the schema given; "
+                    "a type change needs a new table (or an ALTER on the Delta table)"
+                )
         return StructType(fields)
 
     def applied(self, name: str, app_id: str, batch_id: int) -> bool:
@@ -140,8 +142,9 @@ class DeltaStore:
         done = dt.transaction_version(app_id)
         return done is not None and done >= batch_id
 
-    def write(self, name: str, source: pa.Table, family_columns: Mapping[str, list[str]], app_id: str,
-              batch_id: int) -> None:
+    def write(
+        self, name: str, source: pa.Table, family_columns: Mapping[str, list[str]], app_id: str, batch_id: int
+    ) -> None:
         """One commit: the first batch creates the table, later ones MERGE (adding new columns)."""
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -149,16 +152,24 @@ class DeltaStore:
         commit = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
         dt = self.table(name)
         if dt is None:
-            write_deltalake(table_path(self.state_dir, name), source, mode="append", name=name,
-                            storage_options=self.storage_options, commit_properties=commit)
+            write_deltalake(
+                table_path(self.state_dir, name),
+                source,
+                mode="append",
+                name=name,
+                storage_options=self.storage_options,
+                commit_properties=commit,
+            )
             return
         have = set(pa.schema(dt.schema().to_arrow()).names)
         evolve = any(c not in have for c in source.column_names)
         on, matched, sets, inserts = merge_clauses(source.column_names, family_columns or None, quote_datafusion)
-        merger = dt.merge(source, on, source_alias="s", target_alias="t", merge_schema=evolve,
-                          commit_properties=commit)
-        merger = (merger.when_matched_update_all(predicate=matched) if sets is None
-                  else merger.when_matched_update(sets, predicate=matched))
+        merger = dt.merge(source, on, source_alias="s", target_alias="t", merge_schema=evolve, commit_properties=commit)
+        merger = (
+            merger.when_matched_update_all(predicate=matched)
+            if sets is None
+            else merger.when_matched_update(sets, predicate=matched)
+        )
         merger.when_not_matched_insert(inserts).execute()
 
     def counts(self, name: str, batch_id: int) -> tuple[int, int, int, int, int]:
@@ -170,9 +181,11 @@ class DeltaStore:
         if dt is None:
             return 0, 0, 0, 0, -1
         d, b = quote_datafusion(DELETED), quote_datafusion(BATCH)
-        sql = (f"SELECT sum(CASE WHEN NOT {d} THEN 1 ELSE 0 END), sum(CASE WHEN {d} THEN 1 ELSE 0 END), "
-               f"sum(CASE WHEN {b} = {int(batch_id)} AND NOT {d} THEN 1 ELSE 0 END), "
-               f"sum(CASE WHEN {b} = {int(batch_id)} AND {d} THEN 1 ELSE 0 END) FROM state")
+        sql = (
+            f"SELECT sum(CASE WHEN NOT {d} THEN 1 ELSE 0 END), sum(CASE WHEN {d} THEN 1 ELSE 0 END), "
+            f"sum(CASE WHEN {b} = {int(batch_id)} AND NOT {d} THEN 1 ELSE 0 END), "
+            f"sum(CASE WHEN {b} = {int(batch_id)} AND {d} THEN 1 ELSE 0 END) FROM state"
+        )
         row = pa.table(QueryBuilder().register("state", dt).execute(sql).read_all()).to_pylist()[0]
         return (*[int(v or 0) for v in row.values()], dt.version())
 
@@ -198,8 +211,10 @@ def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple[Stru
         if name in known:
             continue
         if name.startswith(META_PREFIX):
-            raise SchemaChangeError(f"table {tb.table}: column {name} clashes with the apply helper's "
-                                    f"bookkeeping columns ({', '.join(META_COLUMNS)}); rename it in the changefeed")
+            raise SchemaChangeError(
+                f"table {tb.table}: column {name} clashes with the apply helper's "
+                f"bookkeeping columns ({', '.join(META_COLUMNS)}); rename it in the changefeed"
+            )
         fields.append(StructField(name, infer_type(raws), True))
         known.add(name)
     if not tb.families:
@@ -209,19 +224,28 @@ def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple[Stru
                 raise SchemaChangeError(
                     f"table {tb.table}: column {missing[0]} is in the state table but missing from the "
                     "changefeed's rows (dropped or renamed in CockroachDB?); the apply helper only adds "
-                    "nullable columns: recreate the Delta table, or keep the column upstream")
+                    "nullable columns: recreate the Delta table, or keep the column upstream"
+                )
     added = [f.name for f in fields if before is not None and f.name not in before]
     return StructType(fields), added
 
 
-def apply_arrow(batch: pa.Table, batch_id: int, *, store: DeltaStore, app_id: str,
-                schemas: Mapping[str, Any] | None = None, bare_op_column: str | None = None,
-                count: bool = True) -> ApplyResult:
+def apply_arrow(
+    batch: pa.Table,
+    batch_id: int,
+    *,
+    store: DeltaStore,
+    app_id: str,
+    schemas: Mapping[str, Any] | None = None,
+    bare_op_column: str | None = None,
+    count: bool = True,
+) -> ApplyResult:
     """Apply one micro-batch (the source's columns as an Arrow table) to the Delta tables of ``store``."""
     t0 = time.monotonic()
     tables, messages, orphan, errors = split_by_table(batch, bare_op_column=bare_op_column)
-    result = ApplyResult(batch_id=batch_id, tables={}, malformed=orphan, rows_in=0, elapsed_s=0.0,
-                         messages=messages, errors=list(errors))
+    result = ApplyResult(
+        batch_id=batch_id, tables={}, malformed=orphan, rows_in=0, elapsed_s=0.0, messages=messages, errors=list(errors)
+    )
     for name in sorted(tables):
         tb = tables[name]
         table_path(store.state_dir, name)  # a name that cannot be a directory fails before any write
@@ -244,14 +268,22 @@ def apply_arrow(batch: pa.Table, batch_id: int, *, store: DeltaStore, app_id: st
         result.malformed += tb.malformed
         result.errors = (result.errors + tb.errors)[:5]
         if count:
-            counts.rows, counts.tombstones, counts.upserts, counts.deletes, counts.version = store.counts(name, batch_id)
+            counts.rows, counts.tombstones, counts.upserts, counts.deletes, counts.version = store.counts(
+                name, batch_id
+            )
         counts.superseded = tb.changes - tb.malformed - counts.upserts - counts.deletes
     result.elapsed_s = round(time.monotonic() - t0, 3)
     return result
 
 
-def read_state(state_dir: str, table: str, *, include_deleted: bool = False, with_meta: bool = False,
-               storage_options: Mapping[str, str] | None = None) -> pa.Table:
+def read_state(
+    state_dir: str,
+    table: str,
+    *,
+    include_deleted: bool = False,
+    with_meta: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+) -> pa.Table:
     """The current state of ``table`` as an Arrow table: live rows only (tombstones excluded).
 
     ``include_deleted`` keeps tombstones; ``with_meta`` keeps the bookkeeping columns

@@ -22,8 +22,18 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["INPUT_COLUMNS", "BareDeleteError", "TableBatch", "split_by_table"]
 
 # What the apply helper reads of the source's columns (``data`` only for an enriched schema).
-INPUT_COLUMNS = ("kind", "envelope", "topic", "table_name", "key", "op", "after", "updated", "mvcc_timestamp",
-                 "message_id")
+INPUT_COLUMNS = (
+    "kind",
+    "envelope",
+    "topic",
+    "table_name",
+    "key",
+    "op",
+    "after",
+    "updated",
+    "mvcc_timestamp",
+    "message_id",
+)
 _ROWS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 _STR = msgspec.json.Decoder(str)
 _BARE_OPS = {"insert": "c", "update": "u", "delete": "d", "upsert": "u"}
@@ -100,8 +110,9 @@ def _bare_op(after: str, column: str) -> tuple[str | None, str | None]:
     return op, "{" + ", ".join(f"{msgspec.json.encode(k).decode()}: {bytes(v).decode()}" for k, v in row.items()) + "}"
 
 
-def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
-                   ) -> tuple[dict[str, TableBatch], int, int, list[str]]:
+def split_by_table(
+    batch: pa.Table, *, bare_op_column: str | None = None
+) -> tuple[dict[str, TableBatch], int, int, list[str]]:
     """Reduce a batch of source rows: ``({table: TableBatch}, messages, malformed without a table, errors)``.
 
     Row changes without a usable HLC or key count as malformed for their table. Rows of the bare
@@ -136,8 +147,11 @@ def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
         hlc_text = cols["updated"][i] or cols["mvcc_timestamp"][i]
         hlc = parse_hlc(hlc_text)
         if hlc is None:
-            tb.bad(f"no usable HLC ({hlc_text!r}): create the changefeed WITH updated (or mvcc_timestamp)"
-                   if not hlc_text else f"unparseable HLC {hlc_text!r}")
+            tb.bad(
+                f"no usable HLC ({hlc_text!r}): create the changefeed WITH updated (or mvcc_timestamp)"
+                if not hlc_text
+                else f"unparseable HLC {hlc_text!r}"
+            )
             continue
         after, op = cols["after"][i], cols["op"][i] or "u"
         if cols["envelope"][i] == "bare" and after is not None:
@@ -146,7 +160,8 @@ def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
                     f"table {table}: rows in the bare envelope cannot tell a delete from an update (CockroachDB "
                     "sends a delete as the key with NULL columns). Create the changefeed with envelope=wrapped "
                     "(or enriched), or as a CDC query that selects event_op() as a column and pass that "
-                    "column's name as bare_op_column=")
+                    "column's name as bare_op_column="
+                )
             op, after_or_err = _bare_op(after, bare_op_column)
             if op is None:
                 tb.bad(after_or_err or "bad bare row")
@@ -169,8 +184,10 @@ def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
             group.append(change)
     for tb in tables.values():
         if tb.families and any(f == "" for _, f in tb.groups):
-            raise SchemaChangeError(f"table {tb.table}: some messages come from column-family topics "
-                                    f"({tb.table}.<family>) and some not; one changefeed per table, please")
+            raise SchemaChangeError(
+                f"table {tb.table}: some messages come from column-family topics "
+                f"({tb.table}.<family>) and some not; one changefeed per table, please"
+            )
         for group in tb.groups.values():
             if len(group) > 1:
                 group.sort(key=_Change.rank, reverse=True)
@@ -180,8 +197,7 @@ def split_by_table(batch: pa.Table, *, bare_op_column: str | None = None
 # -- typing the winners ----------------------------------------------------------------------------
 
 
-def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]
-               ) -> tuple[list[_Change], pa.StructArray]:
+def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]) -> tuple[list[_Change], pa.StructArray]:
     """The winner of each group in ``keys`` and its typed values (a struct array aligned with them).
 
     A winner whose values do not fit ``struct`` (too many digits, wrong JSON type) is malformed:
@@ -303,8 +319,9 @@ def source_table(tb: TableBatch, struct: StructType, batch_id: int) -> tuple[pa.
         taker = pa.array(keep, pa.int64())
         cols = {c: a.take(taker) for c, a in cols.items()}
         extra = {c: a.take(taker) for c, a in extra.items()}
-    cols.update(_meta([keys_of[r] for r in keep], winners, [w.order[-1] == str(DELETE_RANK) for w in winners],
-                      batch_id))
+    cols.update(
+        _meta([keys_of[r] for r in keep], winners, [w.order[-1] == str(DELETE_RANK) for w in winners], batch_id)
+    )
     cols.update(extra)
     return _table(cols, user), family_columns
 
@@ -324,9 +341,17 @@ def _meta(keys: list[str], winners: list[_Change], deleted: list[bool], batch_id
 def _table(cols: Mapping[str, Any], user: pa.Schema) -> pa.Table:
     import pyarrow as pa
 
-    fields = list(user) + [pa.field(KEY, pa.string()), pa.field(HLC_COL, pa.string()), pa.field(ORDER, pa.string()),
-                           pa.field(DELETED, pa.bool_()), pa.field(BATCH, pa.int64())]
-    fields += [pa.field(c, pa.string()) for c in cols if c.startswith(META_PREFIX) and c not in
-               (KEY, HLC_COL, ORDER, DELETED, BATCH)]
+    fields = list(user) + [
+        pa.field(KEY, pa.string()),
+        pa.field(HLC_COL, pa.string()),
+        pa.field(ORDER, pa.string()),
+        pa.field(DELETED, pa.bool_()),
+        pa.field(BATCH, pa.int64()),
+    ]
+    fields += [
+        pa.field(c, pa.string())
+        for c in cols
+        if c.startswith(META_PREFIX) and c not in (KEY, HLC_COL, ORDER, DELETED, BATCH)
+    ]
     schema = pa.schema(fields)
     return pa.table([cols[f.name] for f in schema], schema=schema)

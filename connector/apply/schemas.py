@@ -32,11 +32,11 @@ __all__ = [
 
 # Bookkeeping columns of every state table; user columns may not start with META_PREFIX.
 META_PREFIX = "_crdb_"
-KEY = "_crdb_key"          # the primary key as CockroachDB's JSON text: the MERGE join key
-HLC_COL = "_crdb_hlc"      # HLC of the change that wrote the row, as sent
-ORDER = "_crdb_order"      # order key of that change (see hlc.order_key): what the MERGE compares
+KEY = "_crdb_key"  # the primary key as CockroachDB's JSON text: the MERGE join key
+HLC_COL = "_crdb_hlc"  # HLC of the change that wrote the row, as sent
+ORDER = "_crdb_order"  # order key of that change (see hlc.order_key): what the MERGE compares
 DELETED = "_crdb_deleted"  # tombstone: the key was deleted at _crdb_hlc (kept so older changes lose)
-BATCH = "_crdb_batch_id"   # the micro-batch that last wrote the row
+BATCH = "_crdb_batch_id"  # the micro-batch that last wrote the row
 META_COLUMNS = (KEY, HLC_COL, ORDER, DELETED, BATCH)
 FAMILY_ORDER_PREFIX = "_crdb_order__"  # per column family: order key of the family's latest change
 
@@ -50,14 +50,41 @@ def family_order_column(family: str) -> str:
 
 
 _CRDB_TO_SPARK = {
-    "UUID": "STRING", "STRING": "STRING", "TEXT": "STRING", "VARCHAR": "STRING", "CHAR": "STRING",
-    "NAME": "STRING", "INET": "STRING", "TIME": "STRING", "TIMETZ": "STRING", "INTERVAL": "STRING",
-    "BIT": "STRING", "VARBIT": "STRING", "ENUM": "STRING", "JSONB": "STRING", "JSON": "STRING",
-    "INT8": "BIGINT", "INT": "BIGINT", "INTEGER": "BIGINT", "BIGINT": "BIGINT", "INT4": "INT",
-    "INT2": "SMALLINT", "SMALLINT": "SMALLINT", "SERIAL": "BIGINT",
-    "BOOL": "BOOLEAN", "BOOLEAN": "BOOLEAN", "FLOAT": "DOUBLE", "FLOAT8": "DOUBLE", "DOUBLE PRECISION": "DOUBLE",
-    "REAL": "DOUBLE", "FLOAT4": "DOUBLE", "BYTES": "BINARY", "BYTEA": "BINARY", "DATE": "DATE",
-    "TIMESTAMP": "TIMESTAMP", "TIMESTAMPTZ": "TIMESTAMP",
+    "UUID": "STRING",
+    "STRING": "STRING",
+    "TEXT": "STRING",
+    "VARCHAR": "STRING",
+    "CHAR": "STRING",
+    "NAME": "STRING",
+    "INET": "STRING",
+    "TIME": "STRING",
+    "TIMETZ": "STRING",
+    "INTERVAL": "STRING",
+    "BIT": "STRING",
+    "VARBIT": "STRING",
+    "ENUM": "STRING",
+    "JSONB": "STRING",
+    "JSON": "STRING",
+    "INT8": "BIGINT",
+    "INT": "BIGINT",
+    "INTEGER": "BIGINT",
+    "BIGINT": "BIGINT",
+    "INT4": "INT",
+    "INT2": "SMALLINT",
+    "SMALLINT": "SMALLINT",
+    "SERIAL": "BIGINT",
+    "BOOL": "BOOLEAN",
+    "BOOLEAN": "BOOLEAN",
+    "FLOAT": "DOUBLE",
+    "FLOAT8": "DOUBLE",
+    "DOUBLE PRECISION": "DOUBLE",
+    "REAL": "DOUBLE",
+    "FLOAT4": "DOUBLE",
+    "BYTES": "BINARY",
+    "BYTEA": "BINARY",
+    "DATE": "DATE",
+    "TIMESTAMP": "TIMESTAMP",
+    "TIMESTAMPTZ": "TIMESTAMP",
 }
 
 
@@ -72,7 +99,9 @@ def ddl_from_crdb_types(columns: Mapping[str, str]) -> str:
     """
     from ..decode.ddl import quote_identifier
 
-    return ", ".join(f"{quote_identifier(name)} {_spark_type(sql.strip().upper(), name)}" for name, sql in columns.items())
+    return ", ".join(
+        f"{quote_identifier(name)} {_spark_type(sql.strip().upper(), name)}" for name, sql in columns.items()
+    )
 
 
 def _spark_type(sql: str, name: str) -> str:

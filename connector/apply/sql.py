@@ -24,8 +24,9 @@ def quote_spark(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def merge_clauses(columns: Sequence[str], family_columns: Mapping[str, Sequence[str]] | None,
-                  quote: Callable[[str], str]) -> tuple[str, str, dict[str, str] | None, dict[str, str]]:
+def merge_clauses(
+    columns: Sequence[str], family_columns: Mapping[str, Sequence[str]] | None, quote: Callable[[str], str]
+) -> tuple[str, str, dict[str, str] | None, dict[str, str]]:
     """(ON condition, WHEN MATCHED condition, matched SET (None: every column), INSERT values).
 
     ``columns`` are the source's columns (user and bookkeeping). With ``family_columns`` (a table
@@ -56,8 +57,9 @@ def merge_clauses(columns: Sequence[str], family_columns: Mapping[str, Sequence[
     return on, "(" + " OR ".join(family_newer) + ")", sets, inserts
 
 
-def merge_into_sql(target: str, source: str, columns: Sequence[str],
-                   family_columns: Mapping[str, Sequence[str]] | None = None) -> str:
+def merge_into_sql(
+    target: str, source: str, columns: Sequence[str], family_columns: Mapping[str, Sequence[str]] | None = None
+) -> str:
     """Spark SQL ``MERGE INTO`` of a reduced batch (a view named ``source``) into table ``target``.
 
     ``target`` is a catalog table name as Spark SQL takes it (``cat.db.users``), used as given;
@@ -66,8 +68,13 @@ def merge_into_sql(target: str, source: str, columns: Sequence[str],
     """
     on, matched, sets, inserts = merge_clauses(columns, family_columns, quote_spark)
     update = "UPDATE SET *" if sets is None else "UPDATE SET " + ", ".join(f"t.{k} = {v}" for k, v in sets.items())
-    insert = ("INSERT *" if not family_columns else
-              "INSERT (" + ", ".join(inserts) + ") VALUES (" + ", ".join(inserts.values()) + ")")
-    return (f"MERGE INTO {target} AS t\nUSING {source} AS s\nON {on}\n"
-            f"WHEN MATCHED AND {matched} THEN {update}\n"
-            f"WHEN NOT MATCHED THEN {insert}")
+    insert = (
+        "INSERT *"
+        if not family_columns
+        else "INSERT (" + ", ".join(inserts) + ") VALUES (" + ", ".join(inserts.values()) + ")"
+    )
+    return (
+        f"MERGE INTO {target} AS t\nUSING {source} AS s\nON {on}\n"
+        f"WHEN MATCHED AND {matched} THEN {update}\n"
+        f"WHEN NOT MATCHED THEN {insert}"
+    )

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = ["compare_to_ground_truth"]
 
+
 def _ts(text: str) -> _dt.datetime:
     ts = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=_dt.UTC)
@@ -24,7 +25,11 @@ def _same(dtype: Any, got: Any, want: Any) -> bool:
     if isinstance(dtype, DecimalType):
         # Equal value *and* the same digits: 26.30 must not come back as 26.3.
         quantum = decimal.Decimal(1).scaleb(-dtype.scale)
-        return isinstance(got, decimal.Decimal) and got == want and str(got) == str(decimal.Decimal(want).quantize(quantum))
+        return (
+            isinstance(got, decimal.Decimal)
+            and got == want
+            and str(got) == str(decimal.Decimal(want).quantize(quantum))
+        )
     if isinstance(dtype, TimestampType):
         return got == _ts(want)
     if isinstance(dtype, (DoubleType, FloatType)):
@@ -39,9 +44,14 @@ def _same(dtype: Any, got: Any, want: Any) -> bool:
     return got == want and type(got) is type(want)
 
 
-def compare_to_ground_truth(state_dir: str, truth: Mapping[str, Mapping[str, Mapping[str, Any]]],
-                            schemas: Mapping[str, Any], primary_keys: Mapping[str, Sequence[str]],
-                            limit: int = 10, storage_options: Mapping[str, str] | None = None) -> list[str]:
+def compare_to_ground_truth(
+    state_dir: str,
+    truth: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    schemas: Mapping[str, Any],
+    primary_keys: Mapping[str, Sequence[str]],
+    limit: int = 10,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[str]:
     """Differences between the live state and ``truth`` (``{table: {pk_json: {column: value}}}``,
     as ``ChangefeedSimulator.ground_truth()`` gives it); an empty list means equal.
 
@@ -69,13 +79,16 @@ def compare_to_ground_truth(state_dir: str, truth: Mapping[str, Mapping[str, Map
         want = {json.dumps(json.loads(k)): v for k, v in rows.items()}
         if set(got) != set(want):
             missing, extra = set(want) - set(got), set(got) - set(want)
-            problems.append(f"{table}: {len(got)} rows in state, {len(want)} expected; missing {len(missing)} "
-                            f"(e.g. {sorted(missing)[:2]}), extra {len(extra)} (e.g. {sorted(extra)[:2]})")
+            problems.append(
+                f"{table}: {len(got)} rows in state, {len(want)} expected; missing {len(missing)} "
+                f"(e.g. {sorted(missing)[:2]}), extra {len(extra)} (e.g. {sorted(extra)[:2]})"
+            )
         for key in sorted(set(got) & set(want)):
             for f in struct.fields:
                 if not _same(f.dataType, got[key].get(f.name), want[key].get(f.name)):
-                    problems.append(f"{table} {key} {f.name}: state {got[key].get(f.name)!r} != "
-                                    f"truth {want[key].get(f.name)!r}")
+                    problems.append(
+                        f"{table} {key} {f.name}: state {got[key].get(f.name)!r} != truth {want[key].get(f.name)!r}"
+                    )
                     if len(problems) >= limit:
                         return problems
     return problems

@@ -234,15 +234,21 @@ def quote_identifier(name: str) -> str:
 def to_ddl(schema: StructType) -> str:
     """Render a ``StructType`` as a DDL column list that :func:`parse_ddl` reads back."""
     return ", ".join(
-        f"{quote_identifier(f.name)} {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in schema.fields
+        f"{quote_identifier(f.name)} {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL")
+        for f in schema.fields
     )
 
 
 def _type_ddl(dtype: DataType) -> str:
     if isinstance(dtype, StructType):
-        return "STRUCT<" + ", ".join(
-            f"{quote_identifier(f.name)}: {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in dtype.fields
-        ) + ">"
+        return (
+            "STRUCT<"
+            + ", ".join(
+                f"{quote_identifier(f.name)}: {_type_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL")
+                for f in dtype.fields
+            )
+            + ">"
+        )
     if isinstance(dtype, ArrayType):
         return f"ARRAY<{_type_ddl(dtype.elementType)}>"
     if isinstance(dtype, MapType):

@@ -195,7 +195,9 @@ def _typed_bad(rows: list[Row], schema: pa.Schema) -> bool:
         return str(exc) or type(exc).__name__  # type: ignore[return-value]
 
 
-def _table_name_attribute(table_name: pa.Array, attributes: list | pa.Array | None, msg_taker: pa.Array | None) -> pa.Array:
+def _table_name_attribute(
+    table_name: pa.Array, attributes: list | pa.Array | None, msg_taker: pa.Array | None
+) -> pa.Array:
     """The ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
 
     A changefeed created ``WITH topic_name=X, with_table_name_attribute=true`` sends every table to
@@ -277,10 +279,13 @@ def _metadata(n: int, message_ids: Any, publish_times: Any, attributes: Any, ord
     if ordering_keys is None:
         out["ordering_key"] = pa.nulls(n, pa.string())
     else:
-        arr = ordering_keys.cast(pa.string()) if isinstance(ordering_keys, pa.Array) else pa.array(ordering_keys, pa.string())
+        arr = (
+            ordering_keys.cast(pa.string())
+            if isinstance(ordering_keys, pa.Array)
+            else pa.array(ordering_keys, pa.string())
+        )
         out["ordering_key"] = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
     return out
-
 
 
 # -- the fast paths --------------------------------------------------------------------------------
@@ -342,9 +347,16 @@ def _typed_parts(parts: list, struct: Any, schema: pa.Schema) -> list:
 # -- the public function ---------------------------------------------------------------------------
 
 
-def _general_part(body_list: list, slow_indices: Iterable[int], ctx: Context, typed: bool, schema: pa.Schema,
-                  mode: str, message_ids: Sequence[str] | None,
-                  parts: list) -> tuple[list[Row], list[str | None], list[tuple[int, str]]]:
+def _general_part(
+    body_list: list,
+    slow_indices: Iterable[int],
+    ctx: Context,
+    typed: bool,
+    schema: pa.Schema,
+    mode: str,
+    message_ids: Sequence[str] | None,
+    parts: list,
+) -> tuple[list[Row], list[str | None], list[tuple[int, str]]]:
     """The general path over every message the fast paths did not take; appends its rows (and
     the malformed rows, by mode) to ``parts``. Returns the rows, their errors and the malformed."""
     results: list[tuple[int, list[Row] | None, str | None]] = []
@@ -507,8 +519,9 @@ def decode_messages(
             handled[idx] = True
         slow_indices = np.flatnonzero(~handled).tolist()
 
-    slow_rows, slow_err, malformed = _general_part(body_list, slow_indices, ctx, typed, schema, mode, message_ids,
-                                                   parts)
+    slow_rows, slow_err, malformed = _general_part(
+        body_list, slow_indices, ctx, typed, schema, mode, message_ids, parts
+    )
     row_msg, columns = _assemble(parts, schema)
     row_count = len(row_msg)
 

@@ -172,7 +172,10 @@ def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts],
         sub = np.flatnonzero(ok)
         if len(sub):
             ok[sub] = _rebuilt_equal(
-                list(itertools.compress(raws, keep)), prefixes, [list(itertools.compress(c, keep)) for c in columns], end
+                list(itertools.compress(raws, keep)),
+                prefixes,
+                [list(itertools.compress(c, keep)) for c in columns],
+                end,
             )
         return ok
     rebuilt = interleave(prefixes, columns, end, m)
@@ -639,11 +642,22 @@ def image(col: Col) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     return ok, null, arr
 
 
-
-def row_columns(m: int, envelope: str, src: Col, src_obj: np.ndarray, *, op: pa.Array, before: pa.Array,
-                after: pa.Array, table: pa.Array, commit: pa.Array, topic: pa.Array | None = None,
-                key: pa.Array | None = None, updated: pa.Array | None = None,
-                mvcc: pa.Array | None = None) -> dict[str, pa.Array]:
+def row_columns(
+    m: int,
+    envelope: str,
+    src: Col,
+    src_obj: np.ndarray,
+    *,
+    op: pa.Array,
+    before: pa.Array,
+    after: pa.Array,
+    table: pa.Array,
+    commit: pa.Array,
+    topic: pa.Array | None = None,
+    key: pa.Array | None = None,
+    updated: pa.Array | None = None,
+    mvcc: pa.Array | None = None,
+) -> dict[str, pa.Array]:
     """The columns of ``m`` change rows of one envelope; ``source`` is the block's text where it is
     an object (null where absent or JSON null), what the envelope lacks is null."""
     source = src.arr
@@ -841,7 +855,7 @@ def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
     proven whatever its group. Up to _MAX_TOPICS topics of at least _MIN_TOPIC bodies get a group
     of their own; the rest share one."""
     n = len(bodies)
-    tails = [b[b.rfind(_TOPIC_AT):] for b in bodies]
+    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
     first = tails[0] if tails else b""
     if tails.count(first) == n:
         return [np.arange(n)]

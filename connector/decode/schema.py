@@ -42,7 +42,6 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
 
 
-
 def spark_schema(row_schema: StructType | None = None) -> StructType:
     """The Spark schema of the source's DataFrame.
 

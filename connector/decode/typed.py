@@ -40,9 +40,7 @@ _INT_RANGES: dict[type[T.DataType], tuple[int, int, str]] = {
     T.IntegerType: (-(2**31), 2**31 - 1, "INT"),
     T.LongType: (-(2**63), 2**63 - 1, "BIGINT"),
 }
-_TS_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:?\d{2})?\Z"
-)
+_TS_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:?\d{2})?\Z")
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _DEC_CTX = decimal.Context(prec=80, Emax=999999, Emin=-999999)
 _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -109,7 +107,9 @@ def _int_from_text(text: str, lo: int, hi: int, name: str, path: str) -> int:
 def _timestamp_from_text(text: str, path: str) -> _dt.datetime:
     m = _TS_RE.match(text)
     if m is None:
-        raise TypedError(f"column `{path}`: {_show(text)!r} is not a timestamp (expected YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM])")
+        raise TypedError(
+            f"column `{path}`: {_show(text)!r} is not a timestamp (expected YYYY-MM-DDTHH:MM:SS[.ffffff][Z|±HH:MM])"
+        )
     year, month, day, hour, minute, second, frac, zone = m.groups()
     micro = 0
     if frac:
@@ -202,7 +202,7 @@ def _json_converter(dtype: T.DataType, path: str) -> Conv:
                 text = _STR.decode(raw)
                 if text in _SPECIAL_FLOATS:
                     return _SPECIAL_FLOATS[text]
-                raise _wrong(path, "a number (or \"NaN\"/\"Infinity\"/\"-Infinity\")", raw)
+                raise _wrong(path, 'a number (or "NaN"/"Infinity"/"-Infinity")', raw)
             if not _NUM_RE.match(raw.decode("ascii", "replace")):
                 raise _wrong(path, "a number", raw)
             return float(raw)
@@ -334,7 +334,10 @@ def csv_row_converter(schema: T.StructType) -> Callable[[list[str]], dict]:
     An empty field is NULL for every type but STRING (where it is the empty string).
     Raises :class:`TypedError` on a field count mismatch or a value that does not fit.
     """
-    fields = [(f.name, _csv_converter(f.dataType, f.name), isinstance(f.dataType, T.StringType), f.nullable) for f in schema.fields]
+    fields = [
+        (f.name, _csv_converter(f.dataType, f.name), isinstance(f.dataType, T.StringType), f.nullable)
+        for f in schema.fields
+    ]
     width = len(fields)
 
     def conv(record: list[str]) -> dict:

@@ -34,8 +34,9 @@ def publish_malformed(batch: pa.RecordBatch, options: SourceOptions) -> int:
         return 0
     subs = ",".join(options.subscription_paths)  # the wire format does not carry a message's own subscription
     messages: list[dict[str, Any]] = []
-    for data, mid, error in zip(bad.column("data").to_pylist(), bad.column("message_id").to_pylist(),
-                                bad.column("error").to_pylist()):
+    for data, mid, error in zip(
+        bad.column("data").to_pylist(), bad.column("message_id").to_pylist(), bad.column("error").to_pylist()
+    ):
         attributes = {"crdb_pubsub_error": (error or "")[:MAX_ERROR_CHARS], "crdb_pubsub_subscription": subs}
         if mid is not None:
             attributes["crdb_pubsub_message_id"] = mid
@@ -44,8 +45,9 @@ def publish_malformed(batch: pa.RecordBatch, options: SourceOptions) -> int:
     client = transport.publisher_client(options.effective_emulator_host, credentials, endpoint=options.endpoint)
     try:
         for chunk in transport.chunked(messages, _size, MAX_MESSAGES_PER_PUBLISH, MAX_BYTES_PER_PUBLISH):
-            client.publish(request={"topic": options.dead_letter_topic_path, "messages": chunk},
-                           timeout=PUBLISH_TIMEOUT_SECONDS)
+            client.publish(
+                request={"topic": options.dead_letter_topic_path, "messages": chunk}, timeout=PUBLISH_TIMEOUT_SECONDS
+            )
     finally:
         client.transport.close()
     return len(messages)

@@ -62,8 +62,11 @@ def on_terminate(hand_back: Callable[[], None], *, within: float) -> bool:
         try:
             begin.set()
             if not done.wait(within):
-                log.warning("handing held messages back took longer than %.0f s; exiting anyway (they are "
-                            "delivered again when their leases lapse)", within)
+                log.warning(
+                    "handing held messages back took longer than %.0f s; exiting anyway (they are "
+                    "delivered again when their leases lapse)",
+                    within,
+                )
             sys.stderr.flush()
         finally:
             os._exit(128 + signal.SIGTERM)
@@ -95,8 +98,11 @@ def stale_sibling(pid: int) -> bool:
         return False
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
     state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-    return state not in ("Z", "X") and int(ppid) == os.getppid() and any(
-        a.decode(errors="replace").removesuffix(".py").endswith(RUNNER_MODULE) for a in argv)
+    return (
+        state not in ("Z", "X")
+        and int(ppid) == os.getppid()
+        and any(a.decode(errors="replace").removesuffix(".py").endswith(RUNNER_MODULE) for a in argv)
+    )
 
 
 def gone_from_this_host(holder: dict) -> bool:
@@ -116,7 +122,7 @@ def gone_from_this_host(holder: dict) -> bool:
 
 def end_process(pid: int, *, kill: bool) -> None:
     """Ask ``pid`` to end (SIGTERM, and SIGCONT should it be stopped), or ``kill`` it."""
-    for sig in ((signal.SIGKILL,) if kill else (signal.SIGTERM, signal.SIGCONT)):
+    for sig in (signal.SIGKILL,) if kill else (signal.SIGTERM, signal.SIGCONT):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):

@@ -25,8 +25,11 @@ METRICS: dict[str, Metric] = {
     "batch": Metric("gauge", "the newest batch Spark planned (the offset itself)"),
     "received": Metric("counter", "new messages accepted (not redeliveries of held or acknowledged ones)"),
     "acknowledged": Metric("counter", "messages whose acknowledgement was sent, after Spark committed their batch"),
-    "ackConfirmed": Metric("counter", "... proven to have left the subscription: confirmed by an exactly-once "
-                           "subscription, or answered while the message's lease was proven alive"),
+    "ackConfirmed": Metric(
+        "counter",
+        "... proven to have left the subscription: confirmed by an exactly-once "
+        "subscription, or answered while the message's lease was proven alive",
+    ),
     "ackFailed": Metric("counter", "... that Pub/Sub refused or could not be reached for (remembered; see Guarantees)"),
     "ackStale": Metric("counter", "... sent with an ack id of an earlier process (the message stays remembered)"),
     "handedBack": Metric("counter", "messages handed back for immediate redelivery (AvailableNow cutoff, shutdown)"),
@@ -34,10 +37,13 @@ METRICS: dict[str, Metric] = {
     "leasesExpired": Metric("counter", "messages held past `maxLeaseDurationSeconds` (no longer extended)"),
     "redeliveredWhileHeld": Metric("counter", "deliveries of a message already held (its newest ack id is kept)"),
     "redeliveriesDropped": Metric("counter", "deliveries of a recently acknowledged message (acknowledged again)"),
-    "rememberedEvicted": Metric("counter", "remembered message ids forgotten early to keep the memory bound (a "
-                                "redelivery of one of them is read again)"),
-    "pullErrors": Metric("counter", "Pull calls that failed (retried with backoff; with receiver=executors, counted "
-                         "by the tasks)"),
+    "rememberedEvicted": Metric(
+        "counter",
+        "remembered message ids forgotten early to keep the memory bound (a redelivery of one of them is read again)",
+    ),
+    "pullErrors": Metric(
+        "counter", "Pull calls that failed (retried with backoff; with receiver=executors, counted by the tasks)"
+    ),
     "malformed": Metric("counter", "bodies that could not be decoded, counted by the executors' decode"),
     "batchesPlanned": Metric("counter", "micro-batches sealed by this process"),
     "batchesReplayed": Metric("counter", "micro-batches replayed from the stateDir"),

@@ -53,83 +53,134 @@ class SourceOptions(BaseModel):
     subscription: str = Field(
         description="`projects/P/subscriptions/S`, or an id with `projectId`; a comma-separated list reads several "
         "subscriptions in one query",
-        json_schema_extra={"shown_default": "required"})
+        json_schema_extra={"shown_default": "required"},
+    )
     projectId: str | None = Field(None, description="project for bare subscription/topic ids")
     topic: str | None = Field(
-        None, description="create the subscription on this topic if it does not exist (one topic per subscription "
-        "in a list)")
+        None,
+        description="create the subscription on this topic if it does not exist (one topic per subscription in a list)",
+    )
     filter: str | None = Field(
-        None, description="Pub/Sub's subscription filter for a subscription the source creates on `topic` (filters "
+        None,
+        description="Pub/Sub's subscription filter for a subscription the source creates on `topic` (filters "
         "are immutable: an existing subscription with another filter is refused). For a `topic_name=` changefeed "
         "(every table on one topic, `with_table_name_attribute=true`), one table plus the resolved messages, which "
-        "carry no attributes: `attributes.TABLE_NAME = \"users\" OR NOT attributes:TABLE_NAME`. The emulator stores "
-        "filters but does not apply them.")
+        'carry no attributes: `attributes.TABLE_NAME = "users" OR NOT attributes:TABLE_NAME`. The emulator stores '
+        "filters but does not apply them.",
+    )
     deadLetterTopic: str | None = Field(
-        None, description="topic (`projects/P/topics/T`, or an id with `projectId`) where bodies that can't be "
+        None,
+        description="topic (`projects/P/topics/T`, or an id with `projectId`) where bodies that can't be "
         "decoded are published, unchanged, with attributes `crdb_pubsub_error`, `crdb_pubsub_subscription` (the "
         "query's subscriptions) and `crdb_pubsub_message_id`. The executors publish them before their batch can "
         "commit, so a message is acknowledged only after the publish was confirmed and its batch committed; a "
         "retried task may publish a body again (tell copies apart by `crdb_pubsub_message_id`). In `PERMISSIVE` "
-        "they also stay `malformed` rows, in `DROPMALFORMED` they don't; not with `FAILFAST`.")
+        "they also stay `malformed` rows, in `DROPMALFORMED` they don't; not with `FAILFAST`.",
+    )
     emulatorHost: str | None = Field(
-        None, description="`host:port` of a Pub/Sub emulator (plaintext, no credentials)",
-        json_schema_extra={"shown_default": "`PUBSUB_EMULATOR_HOST`"})
+        None,
+        description="`host:port` of a Pub/Sub emulator (plaintext, no credentials)",
+        json_schema_extra={"shown_default": "`PUBSUB_EMULATOR_HOST`"},
+    )
     endpoint: str | None = Field(
-        None, description="`host:port` of a regional or Private Service Connect endpoint (TLS, with credentials), "
+        None,
+        description="`host:port` of a regional or Private Service Connect endpoint (TLS, with credentials), "
         "e.g. `us-east1-pubsub.googleapis.com:443`; not with `emulatorHost`",
-        json_schema_extra={"shown_default": "the global endpoint"})
+        json_schema_extra={"shown_default": "the global endpoint"},
+    )
     credentialsFile: SecretStr | None = Field(
-        None, description="a service-account (or other google-auth) key file; readable where the reader runs",
-        json_schema_extra={"shown_default": "Application Default Credentials"})
+        None,
+        description="a service-account (or other google-auth) key file; readable where the reader runs",
+        json_schema_extra={"shown_default": "Application Default Credentials"},
+    )
     credentialsJson: SecretStr | None = Field(
-        None, description="the JSON content of such a key; not with `credentialsFile`",
-        json_schema_extra={"shown_default": "Application Default Credentials"})
+        None,
+        description="the JSON content of such a key; not with `credentialsFile`",
+        json_schema_extra={"shown_default": "Application Default Credentials"},
+    )
     envelope: Literal[ENVELOPES] = Field(  # type: ignore[valid-type]
-        "auto", description="force one envelope: " + ", ".join(f"`{e}`" for e in ENVELOPES),
-        json_schema_extra={"decode_as": "envelope"})
+        "auto",
+        description="force one envelope: " + ", ".join(f"`{e}`" for e in ENVELOPES),
+        json_schema_extra={"decode_as": "envelope"},
+    )
     mode: Literal[MODES] = Field(  # type: ignore[valid-type]
-        "PERMISSIVE", description="`PERMISSIVE` (bad messages become `kind=malformed` rows), `DROPMALFORMED` "
+        "PERMISSIVE",
+        description="`PERMISSIVE` (bad messages become `kind=malformed` rows), `DROPMALFORMED` "
         "(dropped and counted), `FAILFAST` (the batch fails naming the message id)",
-        json_schema_extra={"decode_as": "mode"})
+        json_schema_extra={"decode_as": "mode"},
+    )
     rowSchema: str | None = Field(
-        None, description="Spark DDL (`\"id STRING, price DECIMAL(10,2), qty BIGINT\"`): `before`/`after` become "
+        None,
+        description='Spark DDL (`"id STRING, price DECIMAL(10,2), qty BIGINT"`): `before`/`after` become '
         "typed structs; exact decimals and BIGINTs; values that don't fit make the row malformed",
-        json_schema_extra={"decode_as": "row_schema"})
+        json_schema_extra={"decode_as": "row_schema"},
+    )
     includeRaw: bool = Field(
-        False, description="keep the raw body in `data` on every row (always kept on malformed rows)",
-        json_schema_extra={"decode_as": "include_raw"})
+        False,
+        description="keep the raw body in `data` on every row (always kept on malformed rows)",
+        json_schema_extra={"decode_as": "include_raw"},
+    )
     includeResolved: bool = Field(True, description="emit `resolved`/`watermark` rows")
     maxMessagesPerTrigger: int | None = Field(
-        None, ge=1, le=10_000_000, description="at most this many messages per micro-batch",
-        json_schema_extra={"shown_default": "unlimited"})
+        None,
+        ge=1,
+        le=10_000_000,
+        description="at most this many messages per micro-batch",
+        json_schema_extra={"shown_default": "unlimited"},
+    )
     maxBytesPerTrigger: int | None = Field(
-        None, ge=1024, le=1 << 40, description="at most this many body bytes per micro-batch (`64MB`, `1GiB` "
-        "accepted)", json_schema_extra={"shown_default": "unlimited"})
+        None,
+        ge=1024,
+        le=1 << 40,
+        description="at most this many body bytes per micro-batch (`64MB`, `1GiB` accepted)",
+        json_schema_extra={"shown_default": "unlimited"},
+    )
     numPartitions: int | None = Field(
-        None, ge=1, le=10_000, description="Spark partitions (executor tasks) per micro-batch; with "
+        None,
+        ge=1,
+        le=10_000,
+        description="Spark partitions (executor tasks) per micro-batch; with "
         "`receiver=executors`, the parallel pullers (set it to the executors' cores)",
-        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8; executors: 2, or 1 per subscription"})
+        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8; executors: 2, or 1 per subscription"},
+    )
     maxOutstandingMessages: int = Field(
-        50_000, ge=1, le=10_000_000, description="flow control: messages held (buffered or in an unacknowledged "
-        "batch); pulling pauses at the bound")
+        50_000,
+        ge=1,
+        le=10_000_000,
+        description="flow control: messages held (buffered or in an unacknowledged batch); pulling pauses at the bound",
+    )
     maxOutstandingBytes: int = Field(
-        256 * 1024 * 1024, ge=64 * 1024, le=1 << 40, description="the same bound in body bytes",
-        json_schema_extra={"shown_default": "256 MiB"})
+        256 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1 << 40,
+        description="the same bound in body bytes",
+        json_schema_extra={"shown_default": "256 MiB"},
+    )
     ackDeadlineSeconds: int = Field(
-        60, ge=EMULATOR_MIN_ACK_DEADLINE, le=MAX_ACK_DEADLINE, description="lease length requested for held "
-        "messages (10-600; 1-600 against the emulator)")
+        60,
+        ge=EMULATOR_MIN_ACK_DEADLINE,
+        le=MAX_ACK_DEADLINE,
+        description="lease length requested for held messages (10-600; 1-600 against the emulator)",
+    )
     maxLeaseDurationSeconds: int = Field(
-        3600, ge=1, le=7 * 24 * 3600, description="stop extending a message's lease after this long (it is then "
-        "redelivered)")
+        3600,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="stop extending a message's lease after this long (it is then redelivered)",
+    )
     stateDir: str | None = Field(
-        None, description="where the query keeps its state for exactly-once replay (see Guarantees), one per query: "
+        None,
+        description="where the query keeps its state for exactly-once replay (see Guarantees), one per query: "
         "`gs://bucket/prefix` (Cloud Storage, as on Dataproc), or a path (a local disk, or a mount every node "
         "reaches). With `receiver=executors` it is required and must be reached by the driver and every executor: "
-        "`gs://` or a shared mount (see Scaling out)")
+        "`gs://` or a shared mount (see Scaling out)",
+    )
     receiver: Literal["driver", "executors"] = Field(
-        "driver", description="who pulls: `driver` (one receiver in the driver-side reader; batches travel to the "
+        "driver",
+        description="who pulls: `driver` (one receiver in the driver-side reader; batches travel to the "
         "executors inside the partitions) or `executors` (each task pulls its share, records it in `stateDir`, "
-        "then decodes it; the driver only leases and acknowledges: see Scaling out)")
+        "then decodes it; the driver only leases and acknowledges: see Scaling out)",
+    )
 
     # ---- field-level checks -------------------------------------------------------------------
 
@@ -192,9 +243,11 @@ class SourceOptions(BaseModel):
             scheme = v.split(":", 1)[0].lower()
             bucket = v.split("://", 1)[1].split("/", 1)[0]
             if scheme not in ("gs", "file") or (scheme == "gs" and not bucket):
-                raise ValueError(f"{v!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud "
-                                 "Storage), a path, or file:///path (a local disk, or a mount every node reaches); "
-                                 "hdfs:// and s3a:// are not supported")
+                raise ValueError(
+                    f"{v!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud "
+                    "Storage), a path, or file:///path (a local disk, or a mount every node reaches); "
+                    "hdfs:// and s3a:// are not supported"
+                )
         return v
 
     @field_validator("rowSchema")
@@ -217,14 +270,17 @@ class SourceOptions(BaseModel):
             raise ValueError("credentialsFile and credentialsJson are mutually exclusive: give one")
         if self.deadLetterTopic is not None:
             if self.mode == "FAILFAST":
-                raise ValueError("deadLetterTopic needs mode PERMISSIVE or DROPMALFORMED: FAILFAST stops at the first "
-                                 "malformed message instead")
+                raise ValueError(
+                    "deadLetterTopic needs mode PERMISSIVE or DROPMALFORMED: FAILFAST stops at the first "
+                    "malformed message instead"
+                )
             self.dead_letter_topic_path  # noqa: B018 - raises on a malformed topic
         if self.filter is not None and not self.topic:
             raise ValueError("filter applies to subscriptions the source creates: set topic too")
         if self.endpoint and self.emulatorHost:
-            raise ValueError("endpoint (TLS, with credentials) and emulatorHost (plaintext) are mutually exclusive: "
-                             "give one")
+            raise ValueError(
+                "endpoint (TLS, with credentials) and emulatorHost (plaintext) are mutually exclusive: give one"
+            )
         paths = self.subscription_paths  # raises on malformed entries
         topics = self.topic_paths
         if topics and len(topics) != len(paths):
@@ -242,9 +298,11 @@ class SourceOptions(BaseModel):
                 f"maxLeaseDurationSeconds={self.maxLeaseDurationSeconds} must be >= ackDeadlineSeconds={self.ackDeadlineSeconds}"
             )
         if self.receiver == "executors" and not self.stateDir:
-            raise ValueError("receiver=executors needs stateDir: each task records the slice it pulled there before "
-                             "yielding a row, and the driver acknowledges from those records (a directory the driver "
-                             "and every executor reach)")
+            raise ValueError(
+                "receiver=executors needs stateDir: each task records the slice it pulled there before "
+                "yielding a row, and the driver acknowledges from those records (a directory the driver "
+                "and every executor reach)"
+            )
         if self.envelope == "csv" and not self.rowSchema:
             raise ValueError("envelope=csv needs rowSchema: CSV lines carry no column names")
         return self
@@ -283,7 +341,9 @@ class SourceOptions(BaseModel):
                     f"subscription id {item!r} is not a valid Pub/Sub id (3-255 characters, starting with a letter)"
                 )
             if not self.projectId:
-                raise ValueError(f"subscription {item!r} is a bare id: give projectId or the full path projects/P/subscriptions/{item}")
+                raise ValueError(
+                    f"subscription {item!r} is a bare id: give projectId or the full path projects/P/subscriptions/{item}"
+                )
             out.append(f"projects/{self.projectId}/subscriptions/{item}")
         if len(set(out)) != len(out):
             raise ValueError("subscription lists the same subscription twice")
@@ -349,8 +409,10 @@ _CANONICAL = {name.lower(): name for name in SourceOptions.model_fields}
 
 # What each option's Field says beyond pydantic's own settings (see the comment on the fields).
 # (every Field here gives json_schema_extra as a dict, never pydantic's callable form)
-_EXTRAS = {name: dict(cast("dict[str, Any]", field.json_schema_extra or {}))
-           for name, field in SourceOptions.model_fields.items()}
+_EXTRAS = {
+    name: dict(cast("dict[str, Any]", field.json_schema_extra or {}))
+    for name, field in SourceOptions.model_fields.items()
+}
 _DECODE_AS: dict[str, str] = {name: extra["decode_as"] for name, extra in _EXTRAS.items() if "decode_as" in extra}
 
 

@@ -135,7 +135,9 @@ _working: dict[tuple[str, ...], str] = {}
 _warned = False
 
 
-def send_report(addresses: tuple[str, ...], token: str, batch: int, partition: int, messages: int, malformed: int) -> None:
+def send_report(
+    addresses: tuple[str, ...], token: str, batch: int, partition: int, messages: int, malformed: int
+) -> None:
     """Executor side: tell the driver what decoding one partition found (best effort)."""
     global _warned
     line = (json.dumps({"t": token, "b": batch, "p": partition, "n": messages, "m": malformed}) + "\n").encode()
@@ -152,5 +154,7 @@ def send_report(addresses: tuple[str, ...], token: str, batch: int, partition: i
     _working.pop(addresses, None)
     if not _warned:
         _warned = True
-        log.warning("could not report decode counts to the driver at %s: the 'malformed' metric will undercount",
-                    ", ".join(addresses))
+        log.warning(
+            "could not report decode counts to the driver at %s: the 'malformed' metric will undercount",
+            ", ".join(addresses),
+        )

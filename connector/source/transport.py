@@ -85,8 +85,9 @@ def load_credentials(
     return creds
 
 
-def subscriber_client(emulator_host: str | None, credentials: Credentials | None = None, *,
-                      endpoint: str | None = None) -> SubscriberClient:
+def subscriber_client(
+    emulator_host: str | None, credentials: Credentials | None = None, *, endpoint: str | None = None
+) -> SubscriberClient:
     """A GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery):
     plaintext to an emulator, else TLS with ``credentials`` to ``endpoint`` (default: the global one)."""
     from google.pubsub_v1 import SubscriberClient
@@ -100,8 +101,9 @@ def subscriber_client(emulator_host: str | None, credentials: Credentials | None
     return SubscriberClient(credentials=credentials)
 
 
-def publisher_client(emulator_host: str | None, credentials: Credentials | None = None, *,
-                     endpoint: str | None = None) -> PublisherClient:
+def publisher_client(
+    emulator_host: str | None, credentials: Credentials | None = None, *, endpoint: str | None = None
+) -> PublisherClient:
     """A GAPIC ``PublisherClient`` built the same way as :func:`subscriber_client`."""
     from google.pubsub_v1 import PublisherClient
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
@@ -238,8 +240,13 @@ def per_id_failures(exc: BaseException) -> dict[str, str] | None:
 class Rpc:
     """The source's RPCs on one ``SubscriberClient``, each bounded by its :class:`Policy`."""
 
-    def __init__(self, client: SubscriberClient, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: SubscriberClient,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self._sleep = sleep
         self._clock = clock
@@ -259,8 +266,10 @@ class Rpc:
         return self.client.pull(request=request, timeout=timeout, retry=None)
 
     def get_subscription(self, subscription: str) -> Any:
-        return self._call(lambda t: self.client.get_subscription(
-            request={"subscription": subscription}, timeout=t, retry=None), GET_SUBSCRIPTION)
+        return self._call(
+            lambda t: self.client.get_subscription(request={"subscription": subscription}, timeout=t, retry=None),
+            GET_SUBSCRIPTION,
+        )
 
     def create_subscription(self, subscription: str, topic: str, ack_deadline: int, filter: str | None = None) -> Any:
         request = {"name": subscription, "topic": topic, "ack_deadline_seconds": ack_deadline}
@@ -270,18 +279,29 @@ class Rpc:
 
     def acknowledge(self, subscription: str, ack_ids: Sequence[str], *, total: float | None = None) -> AckResult:
         """Acknowledge ``ack_ids``; per ack id, what Pub/Sub answered within the deadline."""
-        return self._per_id(lambda ids, t: self.client.acknowledge(
-            request=_request("AcknowledgeRequest", subscription=subscription, ack_ids=ids), timeout=t, retry=None),
-            ack_ids, ACKNOWLEDGE if total is None else Policy(ACKNOWLEDGE.attempt, total))
+        return self._per_id(
+            lambda ids, t: self.client.acknowledge(
+                request=_request("AcknowledgeRequest", subscription=subscription, ack_ids=ids), timeout=t, retry=None
+            ),
+            ack_ids,
+            ACKNOWLEDGE if total is None else Policy(ACKNOWLEDGE.attempt, total),
+        )
 
-    def modify_ack_deadline(self, subscription: str, ack_ids: Sequence[str], seconds: int, *,
-                            total: float | None = None) -> AckResult:
+    def modify_ack_deadline(
+        self, subscription: str, ack_ids: Sequence[str], seconds: int, *, total: float | None = None
+    ) -> AckResult:
         """Set the lease of ``ack_ids`` to ``seconds`` (0 hands the messages back at once)."""
-        return self._per_id(lambda ids, t: self.client.modify_ack_deadline(
-            request=_request("ModifyAckDeadlineRequest", subscription=subscription, ack_ids=ids,
-                             ack_deadline_seconds=seconds),
-            timeout=t, retry=None),
-            ack_ids, MODIFY_DEADLINE if total is None else Policy(MODIFY_DEADLINE.attempt, total))
+        return self._per_id(
+            lambda ids, t: self.client.modify_ack_deadline(
+                request=_request(
+                    "ModifyAckDeadlineRequest", subscription=subscription, ack_ids=ids, ack_deadline_seconds=seconds
+                ),
+                timeout=t,
+                retry=None,
+            ),
+            ack_ids,
+            MODIFY_DEADLINE if total is None else Policy(MODIFY_DEADLINE.attempt, total),
+        )
 
     # ------------------------------------------------------------------ retry machinery
 
@@ -358,8 +378,11 @@ def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None
     from google.api_core import exceptions as gexc
 
     request_pb, response_pb = pubsub.PullRequest.pb(), pubsub.PullResponse.pb()
-    call = channel.unary_unary("/google.pubsub.v1.Subscriber/Pull", request_serializer=request_pb.SerializeToString,
-                               response_deserializer=response_pb.FromString)
+    call = channel.unary_unary(
+        "/google.pubsub.v1.Subscriber/Pull",
+        request_serializer=request_pb.SerializeToString,
+        response_deserializer=response_pb.FromString,
+    )
     from urllib.parse import quote
 
     headers: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -368,9 +391,11 @@ def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None
         metadata = headers.get(subscription)
         if metadata is None:
             metadata = headers[subscription] = (
-                ("x-goog-request-params", f"subscription={quote(subscription, safe='')}"),)
-        request = request_pb(subscription=subscription, max_messages=max_messages,
-                             return_immediately=return_immediately)
+                ("x-goog-request-params", f"subscription={quote(subscription, safe='')}"),
+            )
+        request = request_pb(
+            subscription=subscription, max_messages=max_messages, return_immediately=return_immediately
+        )
         try:
             return call(request, timeout=timeout, metadata=metadata)
         except grpc.RpcError as exc:

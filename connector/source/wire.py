@@ -83,8 +83,13 @@ def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
     else:
         ordering_keys = pa.nulls(n, pa.string())
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(data, pa.binary()), pa.array(mids, pa.string()), pa.array(publish_us, pa.int64()), attributes,
-         ordering_keys],
+        [
+            pa.array(data, pa.binary()),
+            pa.array(mids, pa.string()),
+            pa.array(publish_us, pa.int64()),
+            attributes,
+            ordering_keys,
+        ],
         schema=MESSAGE_SCHEMA,
     )
     return ack_ids, mids, batch

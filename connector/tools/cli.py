@@ -34,47 +34,72 @@ def build_parser() -> argparse.ArgumentParser:
     """The full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
     from crdb_pubsub.decode.vocabulary import ENVELOPES
 
-    parser = _Parser(prog=PROG, description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, "
-                                            "and run the local emulator.")
+    parser = _Parser(
+        prog=PROG,
+        description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, and run the local emulator.",
+    )
     # "cmd", not "command": the embedded emulator parser uses "command" for start/stop/env/run.
     sub = parser.add_subparsers(dest="cmd", metavar="{tail,simulate,emulator}", parser_class=_Parser)
     sub.required = True
 
     t = sub.add_parser(
-        "tail", help="print the messages waiting on a subscription, decoded, without consuming them",
+        "tail",
+        help="print the messages waiting on a subscription, decoded, without consuming them",
         description="Pull up to --limit messages, decode them as the Spark source would (decode_messages) and "
-                    "print them; then set their ack deadline back to 0 so Pub/Sub redelivers them at once to "
-                    "the real consumer. Nothing is acknowledged. While tail runs (a few seconds), the messages it "
-                    "holds are not delivered to other subscribers of the same subscription. Credentials: "
-                    "Application Default Credentials (gcloud auth application-default login, or the attached "
-                    "service account), --credentials-file, or the emulator (--emulator-host / "
-                    "PUBSUB_EMULATOR_HOST).")
-    t.add_argument("--subscription", required=True,
-                   help="projects/P/subscriptions/S, or a bare id with --project")
-    t.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"),
-                   help="project of a bare subscription id (default: $GOOGLE_CLOUD_PROJECT)")
-    t.add_argument("--emulator-host", default=None,
-                   help="host:port of a Pub/Sub emulator (default: $PUBSUB_EMULATOR_HOST; unset = real Pub/Sub)")
-    t.add_argument("--credentials-file", default=None,
-                   help="service-account key file (default: Application Default Credentials)")
+        "print them; then set their ack deadline back to 0 so Pub/Sub redelivers them at once to "
+        "the real consumer. Nothing is acknowledged. While tail runs (a few seconds), the messages it "
+        "holds are not delivered to other subscribers of the same subscription. Credentials: "
+        "Application Default Credentials (gcloud auth application-default login, or the attached "
+        "service account), --credentials-file, or the emulator (--emulator-host / "
+        "PUBSUB_EMULATOR_HOST).",
+    )
+    t.add_argument("--subscription", required=True, help="projects/P/subscriptions/S, or a bare id with --project")
+    t.add_argument(
+        "--project",
+        default=os.environ.get("GOOGLE_CLOUD_PROJECT"),
+        help="project of a bare subscription id (default: $GOOGLE_CLOUD_PROJECT)",
+    )
+    t.add_argument(
+        "--emulator-host",
+        default=None,
+        help="host:port of a Pub/Sub emulator (default: $PUBSUB_EMULATOR_HOST; unset = real Pub/Sub)",
+    )
+    t.add_argument(
+        "--credentials-file", default=None, help="service-account key file (default: Application Default Credentials)"
+    )
     t.add_argument("--limit", type=_positive_int, default=20, help="messages to show at most (default 20)")
-    t.add_argument("--format", choices=("table", "json"), default="table",
-                   help="table (default; one line per change, truncated to the terminal) or json (one JSON "
-                        "object per line, before/after/key as the exact JSON CockroachDB sent)")
-    t.add_argument("--envelope", choices=ENVELOPES, default="auto",
-                   help="force an envelope (default auto: detected per message)")
-    t.add_argument("--wait", type=_positive_float, default=3.0,
-                   help="seconds to wait for messages when none are available (default 3)")
+    t.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default; one line per change, truncated to the terminal) or json (one JSON "
+        "object per line, before/after/key as the exact JSON CockroachDB sent)",
+    )
+    t.add_argument(
+        "--envelope", choices=ENVELOPES, default="auto", help="force an envelope (default auto: detected per message)"
+    )
+    t.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=3.0,
+        help="seconds to wait for messages when none are available (default 3)",
+    )
 
-    sub.add_parser("simulate", add_help=False,
-                   help="publish simulated CockroachDB changefeed traffic (movr tables) to an emulator",
-                   description="See `crdb-pubsub simulate --help`.")
+    sub.add_parser(
+        "simulate",
+        add_help=False,
+        help="publish simulated CockroachDB changefeed traffic (movr tables) to an emulator",
+        description="See `crdb-pubsub simulate --help`.",
+    )
 
     from crdb_pubsub.emulator.__main__ import configure_parser
 
-    e = sub.add_parser("emulator", help="start/stop/locate the local Pub/Sub emulator",
-                       description="Start, stop and locate the Google Cloud Pub/Sub emulator. `start` prints "
-                                   "`export PUBSUB_EMULATOR_HOST=...`: use eval \"$(crdb-pubsub emulator start)\".")
+    e = sub.add_parser(
+        "emulator",
+        help="start/stop/locate the local Pub/Sub emulator",
+        description="Start, stop and locate the Google Cloud Pub/Sub emulator. `start` prints "
+        '`export PUBSUB_EMULATOR_HOST=...`: use eval "$(crdb-pubsub emulator start)".',
+    )
     e.add_argument("-v", "--verbose", action="store_true", help="log backend choice and timings")
     configure_parser(e)
     return parser
@@ -99,7 +124,9 @@ def _source_options(args: argparse.Namespace) -> Any:
         opts = parse_options(raw)
     except ValueError as exc:
         text = str(exc).replace("crdb_pubsub: ", "").splitlines()[0]
-        raise UsageError(text.replace("give projectId", "give --project").replace("option 'projectId'", "--project")) from None
+        raise UsageError(
+            text.replace("give projectId", "give --project").replace("option 'projectId'", "--project")
+        ) from None
     paths = opts.subscription_paths
     if len(paths) != 1:
         raise UsageError("tail reads one subscription at a time")
@@ -124,16 +151,17 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
     try:
         while len(received) < args.limit:
             try:
-                resp = client.pull(request={"subscription": subscription,
-                                            "max_messages": min(1000, args.limit - len(received))},
-                                   timeout=args.wait, retry=None)
+                resp = client.pull(
+                    request={"subscription": subscription, "max_messages": min(1000, args.limit - len(received))},
+                    timeout=args.wait,
+                    retry=None,
+                )
             except gexc.DeadlineExceeded:
                 break  # nothing (more) waiting
             except gexc.NotFound:
                 raise UsageError(f"subscription {subscription} does not exist") from None
             except gexc.PermissionDenied:
-                print(f"error: permission denied on {subscription}: the caller needs roles/pubsub.subscriber",
-                      file=err)
+                print(f"error: permission denied on {subscription}: the caller needs roles/pubsub.subscriber", file=err)
                 return 1
             except gexc.GoogleAPICallError as exc:
                 print(f"error: cannot reach Pub/Sub for {subscription}: {type(exc).__name__}", file=err)
@@ -146,7 +174,8 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
             return 0
         msgs = [rm.message for rm in received]
         batch = decode_messages(
-            [m.data for m in msgs], envelope=args.envelope,
+            [m.data for m in msgs],
+            envelope=args.envelope,
             message_ids=[m.message_id for m in msgs],
             publish_times=[_publish_time(m) for m in msgs],
             attributes=[dict(m.attributes) for m in msgs],
@@ -158,8 +187,10 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
                 out.write(_json_line(r) + "\n")
         else:
             _print_table(rows, out)
-        print(f"{len(msgs)} message(s) shown, {len(rows)} row(s); none acknowledged (handed back for redelivery)",
-              file=err)
+        print(
+            f"{len(msgs)} message(s) shown, {len(rows)} row(s); none acknowledged (handed back for redelivery)",
+            file=err,
+        )
         return 0
     finally:
         if received:
@@ -167,11 +198,15 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
             ack_ids = [rm.ack_id for rm in received]
             for chunk in chunk_ack_ids(ack_ids):
                 try:
-                    client.modify_ack_deadline(request={"subscription": subscription, "ack_ids": chunk,
-                                                        "ack_deadline_seconds": 0}, timeout=30)
+                    client.modify_ack_deadline(
+                        request={"subscription": subscription, "ack_ids": chunk, "ack_deadline_seconds": 0}, timeout=30
+                    )
                 except gexc.GoogleAPICallError as exc:
-                    print(f"warning: could not hand {len(chunk)} message(s) back ({type(exc).__name__}); they "
-                          f"return after the subscription's ack deadline", file=err)
+                    print(
+                        f"warning: could not hand {len(chunk)} message(s) back ({type(exc).__name__}); they "
+                        f"return after the subscription's ack deadline",
+                        file=err,
+                    )
         client.transport.close()
 
 
@@ -201,8 +236,11 @@ def _json_line(row: dict[str, Any]) -> str:
         obj[k] = v
     text = json.dumps(obj, ensure_ascii=False)
     raw = [f'"{k}": {row[k]}' for k in _RAW_JSON if row.get(k) is not None and _is_json(row[k])]
-    raw += [f'"{k}": {json.dumps(row[k], ensure_ascii=False)}' for k in _RAW_JSON
-            if row.get(k) is not None and not _is_json(row[k])]
+    raw += [
+        f'"{k}": {json.dumps(row[k], ensure_ascii=False)}'
+        for k in _RAW_JSON
+        if row.get(k) is not None and not _is_json(row[k])
+    ]
     if raw:
         text = text[:-1] + (", " if obj else "") + ", ".join(raw) + "}"
     return text

@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         text = path.read_text()
         if args and not regions(text):
             names = ", ".join(TABLES)
-            raise SystemExit(f"{path} has no region `<!-- generated: NAME ... -->` ... `<!-- end: NAME -->` (NAME: {names})")
+            raise SystemExit(
+                f"{path} has no region `<!-- generated: NAME ... -->` ... `<!-- end: NAME -->` (NAME: {names})"
+            )
         new = rewrite(text)
         if new != text:
             path.write_text(new)

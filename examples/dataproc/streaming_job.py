@@ -29,29 +29,50 @@ import time
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="streaming_job.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--subscriptions", required=True,
-                    help="comma-separated projects/P/subscriptions/S (or bare ids with --project)")
+    ap.add_argument(
+        "--subscriptions", required=True, help="comma-separated projects/P/subscriptions/S (or bare ids with --project)"
+    )
     ap.add_argument("--project", default=None, help="project of bare subscription ids")
     ap.add_argument("--checkpoint", required=True, help="checkpoint location (gs://... on Dataproc)")
-    ap.add_argument("--state-dir", required=True,
-                    help="where the per-table Delta tables live (gs://... on Dataproc); not the source's "
-                         "stateDir option")
-    ap.add_argument("--schema", action="append", default=[], metavar="TABLE=DDL",
-                    help="Spark DDL of a table's columns, e.g. 'users=id STRING, balance DECIMAL(12,2)' "
-                         "(repeatable; tables without one get a schema inferred once)")
-    ap.add_argument("--bare-op-column", default=None,
-                    help="bare envelope only: the column a CDC query selects event_op() as (tells deletes apart)")
-    ap.add_argument("--schemas-file", default=None,
-                    help="JSON file {table: DDL} (local path; on Dataproc ship it with --files)")
-    ap.add_argument("--simulator-schemas", action="store_true",
-                    help="use the schemas of the simulator's movr tables (demo/test)")
+    ap.add_argument(
+        "--state-dir",
+        required=True,
+        help="where the per-table Delta tables live (gs://... on Dataproc); not the source's stateDir option",
+    )
+    ap.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        metavar="TABLE=DDL",
+        help="Spark DDL of a table's columns, e.g. 'users=id STRING, balance DECIMAL(12,2)' "
+        "(repeatable; tables without one get a schema inferred once)",
+    )
+    ap.add_argument(
+        "--bare-op-column",
+        default=None,
+        help="bare envelope only: the column a CDC query selects event_op() as (tells deletes apart)",
+    )
+    ap.add_argument(
+        "--schemas-file", default=None, help="JSON file {table: DDL} (local path; on Dataproc ship it with --files)"
+    )
+    ap.add_argument(
+        "--simulator-schemas", action="store_true", help="use the schemas of the simulator's movr tables (demo/test)"
+    )
     ap.add_argument("--trigger-seconds", type=float, default=30.0, help="micro-batch interval (default 30)")
-    ap.add_argument("--available-now", action="store_true",
-                    help="drain what is waiting, then stop (Spark >= 4.2: in as many batches as it takes; "
-                         "4.0/4.1: one batch, acknowledged by the next run, so use --option stateDir=...)")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="source option passed through, e.g. stateDir=gs://BUCKET/cdc/source-state "
-                         "receiver=executors numPartitions=16 ackDeadlineSeconds=60 maxMessagesPerTrigger=50000")
+    ap.add_argument(
+        "--available-now",
+        action="store_true",
+        help="drain what is waiting, then stop (Spark >= 4.2: in as many batches as it takes; "
+        "4.0/4.1: one batch, acknowledged by the next run, so use --option stateDir=...)",
+    )
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="source option passed through, e.g. stateDir=gs://BUCKET/cdc/source-state "
+        "receiver=executors numPartitions=16 ackDeadlineSeconds=60 maxMessagesPerTrigger=50000",
+    )
     ap.add_argument("--emulator-host", default=None, help="Pub/Sub emulator host:port (local runs only)")
     ap.add_argument("--timeout", type=float, default=None, help="stop after this many seconds (default: never)")
     args = ap.parse_args(argv)
@@ -64,8 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if source_state:
         for flag, other in (("--checkpoint", args.checkpoint), ("--state-dir", args.state_dir)):
             if _overlap(source_state, other):
-                ap.error(f"stateDir={source_state} overlaps {flag} {other}: give the source's stateDir a "
-                         f"prefix of its own (e.g. gs://BUCKET/cdc/source-state next to gs://BUCKET/cdc/checkpoint)")
+                ap.error(
+                    f"stateDir={source_state} overlaps {flag} {other}: give the source's stateDir a "
+                    f"prefix of its own (e.g. gs://BUCKET/cdc/source-state next to gs://BUCKET/cdc/checkpoint)"
+                )
     return args
 
 
@@ -100,8 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName("crdb-pubsub-cdc-apply").getOrCreate()
     crdb_pubsub.register(spark)
     schemas = schemas_from_args(args)
-    print(json.dumps({"event": "start", "crdb_pubsub": crdb_pubsub.__version__, "module": crdb_pubsub.__file__,
-                      "spark": spark.version, "tables_with_schema": sorted(schemas)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "start",
+                "crdb_pubsub": crdb_pubsub.__version__,
+                "module": crdb_pubsub.__file__,
+                "spark": spark.version,
+                "tables_with_schema": sorted(schemas),
+            }
+        ),
+        flush=True,
+    )
 
     reader = spark.readStream.format("crdb_pubsub").option("subscription", args.subscriptions)
     if args.project:
@@ -124,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
         last_tables.update({t: c.__dict__ for t, c in res.tables.items()})
         print(json.dumps({"event": "batch", **res.to_json()}), flush=True)
 
-    writer = (changes.writeStream.queryName("crdb_pubsub_cdc_apply")
-              .foreachBatch(foreach_batch_apply(args.state_dir, schemas, bare_op_column=args.bare_op_column,
-                                                on_result=report))
-              .option("checkpointLocation", args.checkpoint))
-    writer = writer.trigger(availableNow=True) if args.available_now else \
-        writer.trigger(processingTime=f"{args.trigger_seconds:g} seconds")
+    writer = (
+        changes.writeStream.queryName("crdb_pubsub_cdc_apply")
+        .foreachBatch(
+            foreach_batch_apply(args.state_dir, schemas, bare_op_column=args.bare_op_column, on_result=report)
+        )
+        .option("checkpointLocation", args.checkpoint)
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if args.available_now
+        else writer.trigger(processingTime=f"{args.trigger_seconds:g} seconds")
+    )
     t0 = time.monotonic()
     query = writer.start()
     try:
@@ -140,9 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         if query.isActive:
             query.stop()
     failed = query.exception()
-    print(json.dumps({"event": "done" if failed is None else "failed", "elapsed_s": round(time.monotonic() - t0, 1),
-                      **totals, "tables": last_tables,
-                      "error": None if failed is None else str(failed).splitlines()[0]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "done" if failed is None else "failed",
+                "elapsed_s": round(time.monotonic() - t0, 1),
+                **totals,
+                "tables": last_tables,
+                "error": None if failed is None else str(failed).splitlines()[0],
+            }
+        ),
+        flush=True,
+    )
     spark.stop()
     return 0 if failed is None else 1
 

@@ -27,10 +27,22 @@ def change(key: int, at: str, op: str = "u", table: str = "accounts", drop: tupl
     """
     cols = {c.split()[0]: "null" for c in SCHEMA["accounts"].split(", ")[1:]} if table != "vehicles" else {}
     cols.update(after)
-    body = None if op == "d" else '{"id": %d' % key + "".join(
-        f', "{k}": {v}' for k, v in cols.items() if k not in drop) + "}"
-    return {"kind": "row", "envelope": "wrapped", "table_name": table, "topic": table, "key": f"[{key}]", "op": op,
-            "after": body, "updated": at, "message_id": f"m{next(_ids):06d}"}
+    body = (
+        None
+        if op == "d"
+        else '{"id": %d' % key + "".join(f', "{k}": {v}' for k, v in cols.items() if k not in drop) + "}"
+    )
+    return {
+        "kind": "row",
+        "envelope": "wrapped",
+        "table_name": table,
+        "topic": table,
+        "key": f"[{key}]",
+        "op": op,
+        "after": body,
+        "updated": at,
+        "message_id": f"m{next(_ids):06d}",
+    }
 
 
 def batch(rows: list[dict]) -> pa.Table:
@@ -42,8 +54,13 @@ def decoded(messages, message_ids=None) -> pa.Table:
     """Simulator messages through the real decoder, as the source's executors decode them."""
     messages = list(messages)
     ids = message_ids or [f"p{next(_ids)}" for _ in messages]
-    return pa.Table.from_batches([decode_messages([m.data for m in messages], message_ids=ids,
-                                                  attributes=[m.attributes or None for m in messages])])
+    return pa.Table.from_batches(
+        [
+            decode_messages(
+                [m.data for m in messages], message_ids=ids, attributes=[m.attributes or None for m in messages]
+            )
+        ]
+    )
 
 
 def shuffled_with_duplicates(messages, seed: int, dup_fraction: float = 0.1) -> list:
@@ -56,4 +73,4 @@ def shuffled_with_duplicates(messages, seed: int, dup_fraction: float = 0.1) -> 
 
 
 def chunks(items: list, size: int) -> list[list]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]

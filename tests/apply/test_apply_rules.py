@@ -71,8 +71,10 @@ def test_latest_hlc_wins_exactly_regardless_of_arrival_order(tmp_path: Path):
 def test_ties_delete_beats_update_then_greater_after_text(tmp_path: Path):
     at = hlc(BASE, 3)
     rows = [
-        change(1, at, name='"kept?"'), change(1, at, op="d"),          # same HLC: the delete wins
-        change(2, at, name='"aaa"'), change(2, at, name='"bbb"'),      # same HLC and op: greater after text
+        change(1, at, name='"kept?"'),
+        change(1, at, op="d"),  # same HLC: the delete wins
+        change(2, at, name='"aaa"'),
+        change(2, at, name='"bbb"'),  # same HLC and op: greater after text
     ]
     apply(list(reversed(rows)), 0, tmp_path)
     got = state(tmp_path)
@@ -141,7 +143,9 @@ def test_replayed_batch_skips_only_the_tables_already_committed(tmp_path: Path):
 
 def test_decimal_and_bigint_are_exact_and_bad_values_are_malformed_not_applied(tmp_path: Path):
     rows = [
-        change(1, hlc(BASE + 1), balance="26.30", big="9223372036854775807", ext='{"w": 2.50, "n": 9223372036854775807}'),
+        change(
+            1, hlc(BASE + 1), balance="26.30", big="9223372036854775807", ext='{"w": 2.50, "n": 9223372036854775807}'
+        ),
         change(2, hlc(BASE + 1), balance="-0.01", big="-9223372036854775808"),
     ]
     apply(rows, 0, tmp_path)
@@ -149,8 +153,10 @@ def test_decimal_and_bigint_are_exact_and_bad_values_are_malformed_not_applied(t
     assert str(got[1]["balance"]) == "26.30" and got[1]["big"] == 9223372036854775807
     assert got[1]["ext"] == '{"w": 2.50, "n": 9223372036854775807}'  # JSONB keeps its exact text
     assert str(got[2]["balance"]) == "-0.01" and got[2]["big"] == -9223372036854775808
-    bad = [change(1, hlc(BASE + 2), balance="1.234"),  # more scale than DECIMAL(12,2): not rounded
-           change(2, hlc(BASE + 2), big="9223372036854775808")]  # out of BIGINT range
+    bad = [
+        change(1, hlc(BASE + 2), balance="1.234"),  # more scale than DECIMAL(12,2): not rounded
+        change(2, hlc(BASE + 2), big="9223372036854775808"),
+    ]  # out of BIGINT range
     malformed = {"kind": "malformed", "table_name": None, "error": "not JSON", "message_id": "bad1"}
     res = apply(bad + [malformed], 1, tmp_path)
     assert res.tables["accounts"].malformed == 2 and res.malformed == 3
@@ -177,15 +183,33 @@ def test_schema_is_inferred_once_with_decimals(tmp_path: Path):
 def test_schema_evolution_adds_a_new_nullable_column(tmp_path: Path):
     apply([change(1, hlc(BASE + 1), name='"a"', balance="1.00", big="1", ext="null")], 0, tmp_path)
     # ALTER TABLE accounts ADD COLUMN note STRING, ADD COLUMN score DECIMAL: rows now carry them.
-    res = apply([change(2, hlc(BASE + 2), name='"b"', balance="2.00", big="2", ext="null", note='"hi"',
-                        score="12.50")], 1, tmp_path)
+    res = apply(
+        [change(2, hlc(BASE + 2), name='"b"', balance="2.00", big="2", ext="null", note='"hi"', score="12.50")],
+        1,
+        tmp_path,
+    )
     assert res.tables["accounts"].added_columns == ["note", "score"]
     got = state(tmp_path)
     assert got[1]["note"] is None and got[2]["note"] == "hi" and str(got[2]["score"]) == "12.50"
     # Given DDL types the new column exactly.
-    res = apply([change(3, hlc(BASE + 3), name='"c"', balance="3.00", big="3", ext="null", note='"x"',
-                        score="1.5", ratio="0.125")], 2, tmp_path,
-                schemas={"accounts": SCHEMA["accounts"] + ", ratio DECIMAL(9,3)"})
+    res = apply(
+        [
+            change(
+                3,
+                hlc(BASE + 3),
+                name='"c"',
+                balance="3.00",
+                big="3",
+                ext="null",
+                note='"x"',
+                score="1.5",
+                ratio="0.125",
+            )
+        ],
+        2,
+        tmp_path,
+        schemas={"accounts": SCHEMA["accounts"] + ", ratio DECIMAL(9,3)"},
+    )
     assert res.tables["accounts"].added_columns == ["ratio"] and str(state(tmp_path)[3]["ratio"]) == "0.125"
 
 
@@ -196,8 +220,12 @@ def test_other_schema_changes_fail_naming_table_and_column(tmp_path: Path):
         apply([change(2, hlc(BASE + 2), name='"b"', balance="2.00", drop=("big",))], 1, tmp_path)
     # A type change in the DDL against the Delta table's column.
     with pytest.raises(SchemaChangeError, match=r"table accounts: column balance is decimal\(12,2\)"):
-        apply([change(2, hlc(BASE + 2), name='"b"', balance="2.00", big="2", ext="null")], 1, tmp_path,
-              schemas={"accounts": "id BIGINT, name STRING, balance DECIMAL(20,4), big BIGINT, ext STRING"})
+        apply(
+            [change(2, hlc(BASE + 2), name='"b"', balance="2.00", big="2", ext="null")],
+            1,
+            tmp_path,
+            schemas={"accounts": "id BIGINT, name STRING, balance DECIMAL(20,4), big BIGINT, ext STRING"},
+        )
     assert set(state(tmp_path)) == {1}
 
 
@@ -224,13 +252,24 @@ def test_bare_envelope_deletes_need_an_op_column_and_then_apply(tmp_path: Path):
     with pytest.raises(BareDeleteError, match="bare_op_column"):
         apply(plain, 0, tmp_path, schemas={"accounts": "id BIGINT, name STRING"})
     # CREATE CHANGEFEED ... AS SELECT *, event_op() AS op FROM accounts
-    feed = bare_batch([_bare(1, hlc(BASE + 1), "insert", name="a"), _bare(2, hlc(BASE + 1), "insert", name="b"),
-                       _bare(1, hlc(BASE + 3), "delete", name=None), _bare(2, hlc(BASE + 2), "update", name="b2")])
+    feed = bare_batch(
+        [
+            _bare(1, hlc(BASE + 1), "insert", name="a"),
+            _bare(2, hlc(BASE + 1), "insert", name="b"),
+            _bare(1, hlc(BASE + 3), "delete", name=None),
+            _bare(2, hlc(BASE + 2), "update", name="b2"),
+        ]
+    )
     apply(feed, 0, tmp_path, schemas={"accounts": "id BIGINT, name STRING"}, bare_op_column="op")
     assert {k: v["name"] for k, v in state(tmp_path).items()} == {2: "b2"}
     # The late, older update of the deleted key stays dead; the op column is not a state column.
-    apply(bare_batch([_bare(1, hlc(BASE + 2), "update", name="late")]), 1, tmp_path,
-          schemas={"accounts": "id BIGINT, name STRING"}, bare_op_column="op")
+    apply(
+        bare_batch([_bare(1, hlc(BASE + 2), "update", name="late")]),
+        1,
+        tmp_path,
+        schemas={"accounts": "id BIGINT, name STRING"},
+        bare_op_column="op",
+    )
     assert set(state(tmp_path)) == {2} and "op" not in read_state(str(tmp_path), "accounts").column_names
 
 
@@ -254,22 +293,35 @@ def test_column_family_late_change_applies_under_a_newer_change_of_another_famil
         return r
 
     schemas = {"vehicles": "id BIGINT, status STRING, ext STRING"}
-    apply([fam("primary", hlc(BASE + 1), "c", id="1", status='"new"'), fam("details", hlc(BASE + 1), "c", ext='"e1"')],
-          0, tmp_path, schemas=schemas)
+    apply(
+        [fam("primary", hlc(BASE + 1), "c", id="1", status='"new"'), fam("details", hlc(BASE + 1), "c", ext='"e1"')],
+        0,
+        tmp_path,
+        schemas=schemas,
+    )
     apply([fam("details", hlc(BASE + 5), ext='"e5"')], 1, tmp_path, schemas=schemas)
-    apply([fam("primary", hlc(BASE + 3), status='"s3"'), fam("details", hlc(BASE + 2), ext='"e2 (stale)"')],
-          2, tmp_path, schemas=schemas)
+    apply(
+        [fam("primary", hlc(BASE + 3), status='"s3"'), fam("details", hlc(BASE + 2), ext='"e2 (stale)"')],
+        2,
+        tmp_path,
+        schemas=schemas,
+    )
     assert {k: (v["status"], v["ext"]) for k, v in state(tmp_path, "vehicles").items()} == {1: ("s3", "e5")}
-    apply([fam("primary", hlc(BASE + 9), "d"), fam("details", hlc(BASE + 8), ext='"e8 (before the delete)"')],
-          3, tmp_path, schemas=schemas)
+    apply(
+        [fam("primary", hlc(BASE + 9), "d"), fam("details", hlc(BASE + 8), ext='"e8 (before the delete)"')],
+        3,
+        tmp_path,
+        schemas=schemas,
+    )
     assert state(tmp_path, "vehicles") == {}
 
 
 def test_table_name_attribute_routes_one_topic_to_its_tables(tmp_path: Path):
     # CREATE CHANGEFEED FOR users, vehicles, rides INTO 'gcpubsub://...?topic_name=cdc_all'
     #   WITH updated, with_table_name_attribute=true
-    sim = ChangefeedSimulator(seed=9, updated=True, topic_name="cdc_all", with_table_name_attribute=True,
-                              resolved_every=40)
+    sim = ChangefeedSimulator(
+        seed=9, updated=True, topic_name="cdc_all", with_table_name_attribute=True, resolved_every=40
+    )
     messages = list(sim.events(900))
     assert {m.topic for m in messages} == {"cdc_all"}
     for i, part in enumerate(chunks(shuffled_with_duplicates(messages, seed=9), 500)):
@@ -281,15 +333,23 @@ def test_table_name_attribute_routes_one_topic_to_its_tables(tmp_path: Path):
 # -- out of order and duplicated delivery -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("envelope, kw", [("wrapped", {"diff": True}), ("enriched", {"enriched_properties": "source"}),
-                                          ("wrapped", {"mvcc_timestamp": True, "updated": False})])
+@pytest.mark.parametrize(
+    "envelope, kw",
+    [
+        ("wrapped", {"diff": True}),
+        ("enriched", {"enriched_properties": "source"}),
+        ("wrapped", {"mvcc_timestamp": True, "updated": False}),
+    ],
+)
 def test_out_of_order_and_duplicated_delivery_give_the_ground_truth(tmp_path: Path, envelope, kw):
-    sim = ChangefeedSimulator(seed=13, envelope=envelope, **({"updated": True} | kw), resolved_every=50,
-                              mix=(0.45, 0.35, 0.2))
+    sim = ChangefeedSimulator(
+        seed=13, envelope=envelope, **({"updated": True} | kw), resolved_every=50, mix=(0.45, 0.35, 0.2)
+    )
     messages = list(sim.events(3000))
     delivered = shuffled_with_duplicates(messages, seed=13, dup_fraction=0.15)
-    results = [apply(decoded(part), i, tmp_path, schemas=spark_schemas())
-               for i, part in enumerate(chunks(delivered, 700))]
+    results = [
+        apply(decoded(part), i, tmp_path, schemas=spark_schemas()) for i, part in enumerate(chunks(delivered, 700))
+    ]
     assert compare_to_ground_truth(str(tmp_path), sim.ground_truth(), spark_schemas(), primary_keys()) == []
     assert sum(r.malformed for r in results) == 0
     truth = sim.ground_truth()
@@ -320,9 +380,12 @@ def test_merge_into_sql_for_a_catalog_table():
         "WHEN MATCHED AND s.`_crdb_order` > t.`_crdb_order` THEN UPDATE SET *\n"
         "WHEN NOT MATCHED THEN INSERT *"
     )
-    fam = merge_into_sql("v", "s_view", ["id", "ext", "_crdb_key", "_crdb_order", "_crdb_order__details"],
-                         {"details": ["ext"]})
+    fam = merge_into_sql(
+        "v", "s_view", ["id", "ext", "_crdb_key", "_crdb_order", "_crdb_order__details"], {"details": ["ext"]}
+    )
     assert "WHEN MATCHED AND (s.`_crdb_order__details` > coalesce(t.`_crdb_order__details`, ''))" in fam
-    assert ("t.`ext` = CASE WHEN s.`_crdb_order__details` > coalesce(t.`_crdb_order__details`, '') "
-            "THEN s.`ext` ELSE t.`ext` END") in fam
+    assert (
+        "t.`ext` = CASE WHEN s.`_crdb_order__details` > coalesce(t.`_crdb_order__details`, '') "
+        "THEN s.`ext` ELSE t.`ext` END"
+    ) in fam
     assert "WHEN NOT MATCHED THEN INSERT (`id`, `ext`, `_crdb_key`, `_crdb_order`, `_crdb_order__details`)" in fam

@@ -16,27 +16,46 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 _ids = itertools.count()
 
 
-@pytest.mark.parametrize("envelope, shuffle_window, duplicate_fraction", [
-    ("wrapped", 50, 0.05),
-    ("enriched", 50, 0.05),
-])
-def test_stream_apply_equals_ground_truth(spark, emulator_host, tmp_path: Path, envelope, shuffle_window,
-                                          duplicate_fraction):
+@pytest.mark.parametrize(
+    "envelope, shuffle_window, duplicate_fraction",
+    [
+        ("wrapped", 50, 0.05),
+        ("enriched", 50, 0.05),
+    ],
+)
+def test_stream_apply_equals_ground_truth(
+    spark, emulator_host, tmp_path: Path, envelope, shuffle_window, duplicate_fraction
+):
     from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     kw = {"enriched_properties": "source"} if envelope == "enriched" else {"diff": True}
-    sim = ChangefeedSimulator(seed=11, envelope=envelope, updated=True, resolved_every=100,
-                              mix=(0.45, 0.35, 0.2), **kw)
-    subs, report = publish_simulated(emulator_host, "test-project", sim, f"apply-{envelope}-{next(_ids)}", 1500,
-                                     shuffle_window=shuffle_window, duplicate_fraction=duplicate_fraction)
+    sim = ChangefeedSimulator(seed=11, envelope=envelope, updated=True, resolved_every=100, mix=(0.45, 0.35, 0.2), **kw)
+    subs, report = publish_simulated(
+        emulator_host,
+        "test-project",
+        sim,
+        f"apply-{envelope}-{next(_ids)}",
+        1500,
+        shuffle_window=shuffle_window,
+        duplicate_fraction=duplicate_fraction,
+    )
     assert report.duplicates > 0
 
     schemas = spark_schemas()
     results = []
-    df = (spark.readStream.format("crdb_pubsub").option("subscription", ",".join(subs))
-          .option("emulatorHost", emulator_host).option("maxMessagesPerTrigger", "800").load())
-    q = (df.writeStream.foreachBatch(foreach_batch_apply(str(tmp_path / "state"), schemas, on_result=results.append))
-         .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    df = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", ",".join(subs))
+        .option("emulatorHost", emulator_host)
+        .option("maxMessagesPerTrigger", "800")
+        .load()
+    )
+    q = (
+        df.writeStream.foreachBatch(foreach_batch_apply(str(tmp_path / "state"), schemas, on_result=results.append))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(240), "AvailableNow query did not finish"
     assert q.exception() is None
 
@@ -75,14 +94,26 @@ def test_foreach_batch_called_twice_with_one_batch_id_applies_once(spark, emulat
         state = {r["id"]: r for r in read_state(str(state_dir), "users").to_pylist()}
         apply_fn(batch_df, batch_id)  # the retry
         again = {r["id"]: r for r in read_state(str(state_dir), "users").to_pylist()}
-        seen.append((version, DeltaTable(str(state_dir / "users")).version(), {"same": state == again},
-                     apply_fn.last_result.tables["users"].skipped))
+        seen.append(
+            (
+                version,
+                DeltaTable(str(state_dir / "users")).version(),
+                {"same": state == again},
+                apply_fn.last_result.tables["users"].skipped,
+            )
+        )
         batch_df.unpersist()
 
-    q = (spark.readStream.format("crdb_pubsub").option("subscription", ",".join(subs))
-         .option("emulatorHost", emulator_host).load()
-         .writeStream.foreachBatch(twice).option("checkpointLocation", str(tmp_path / "chk"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", ",".join(subs))
+        .option("emulatorHost", emulator_host)
+        .load()
+        .writeStream.foreachBatch(twice)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(180) and q.exception() is None
     assert seen and all(v1 == v2 and same["same"] and skipped for v1, v2, same, skipped in seen), seen
     assert DeltaTable(str(state_dir / "users")).transaction_version(f"crdb_pubsub.apply:{q.id}") is not None

@@ -63,73 +63,327 @@ def E(**kw: Any) -> dict:
 
 # index -> (source fragment, expectation). Keys are JSON (compared semantically and, when exact, by bytes).
 CRDB_EXPECT: dict[int, tuple[str, dict]] = {
-    0: ("changefeed-sinks.md#L446", E(envelope="wrapped", op="u", key=["amsterdam", "09ee2856-5856-40c4-85d3-7d65bed978f0"],
-        topic="users", table_name="users", after=Doc("Value", "after"))),
-    1: ("changefeed-sinks.md#L447", E(envelope="wrapped", op="u", key=["new york", "8803ab9e-5001-4994-a2e6-68d587f95f1d"],
-        topic="users", table_name="users", after=Doc("Value", "after"))),
-    2: ("changefeed-sinks.md#L448", E(envelope="wrapped", op="u", key=["seattle", "32e27201-ca0d-4a0c-ada2-fbf47f6a4711"],
-        topic="users", table_name="users", after=Doc("Value", "after"))),
+    0: (
+        "changefeed-sinks.md#L446",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["amsterdam", "09ee2856-5856-40c4-85d3-7d65bed978f0"],
+            topic="users",
+            table_name="users",
+            after=Doc("Value", "after"),
+        ),
+    ),
+    1: (
+        "changefeed-sinks.md#L447",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["new york", "8803ab9e-5001-4994-a2e6-68d587f95f1d"],
+            topic="users",
+            table_name="users",
+            after=Doc("Value", "after"),
+        ),
+    ),
+    2: (
+        "changefeed-sinks.md#L448",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["seattle", "32e27201-ca0d-4a0c-ada2-fbf47f6a4711"],
+            topic="users",
+            table_name="users",
+            after=Doc("Value", "after"),
+        ),
+    ),
     # topic_name=movr-users: the table behind a custom topic name cannot be known; it is reported as given.
-    3: ("changefeed-examples.md#L466", E(envelope="wrapped", op="u", key=["amsterdam", "09ee2856-5856-40c4-85d3-7d65bed978f0"],
-        topic="movr-users", table_name="movr-users", after={"address": "84579 Peter Divide Apt. 47", "city": "amsterdam",
-        "credit_card": "0100007510", "id": "09ee2856-5856-40c4-85d3-7d65bed978f0", "name": "Timothy Jackson"})),
-    4: ("v23.1/changefeed-sinks.md#L315", E(envelope="wrapped", op="u", key=["boston", "40ef7cfa-5e16-4bd3-9e14-2f23407a66df"],
-        topic="movr-users", table_name="movr-users", after=Doc("value", "after"))),
-    5: ("v23.1/changefeed-sinks.md#L316", E(envelope="wrapped", op="u", key=["los angeles", "947ae147-ae14-4800-8000-00000000001d"],
-        topic="movr-users", table_name="movr-users", after={"address": "35627 Chelsey Tunnel Suite 94", "city": "los angeles",
-        "credit_card": "2099932769", "id": "947ae147-ae14-4800-8000-00000000001d", "name": "Kenneth Barnes"})),
-    6: ("envelopes.md#L489", E(envelope="wrapped", op="u", key=["seattle", "68ee1f95-3137-48e2-8ce3-34ac2d18c7c8"], after=Doc("after"))),
-    7: ("envelopes.md#L500", E(envelope="wrapped", op="u", after={"city": "washington dc", "creation_time": "2019-01-02T03:04:05",
-        "current_location": "24315 Elizabeth Mountains", "ext": {"color": "yellow"}, "id": "dadc1c0b-30f0-4c8b-bd16-046c8612bbea",
-        "owner_id": "034075b6-5380-4996-a267-5a129781f4d3", "status": "in_use", "type": "scooter"})),
-    8: ("envelopes.md#L509", E(envelope="wrapped", op="u", key=["washington dc", "298cc7a0-de6b-4659-ae57-eaa2de9d99c3"], after=Doc("after"))),
+    3: (
+        "changefeed-examples.md#L466",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["amsterdam", "09ee2856-5856-40c4-85d3-7d65bed978f0"],
+            topic="movr-users",
+            table_name="movr-users",
+            after={
+                "address": "84579 Peter Divide Apt. 47",
+                "city": "amsterdam",
+                "credit_card": "0100007510",
+                "id": "09ee2856-5856-40c4-85d3-7d65bed978f0",
+                "name": "Timothy Jackson",
+            },
+        ),
+    ),
+    4: (
+        "v23.1/changefeed-sinks.md#L315",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["boston", "40ef7cfa-5e16-4bd3-9e14-2f23407a66df"],
+            topic="movr-users",
+            table_name="movr-users",
+            after=Doc("value", "after"),
+        ),
+    ),
+    5: (
+        "v23.1/changefeed-sinks.md#L316",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["los angeles", "947ae147-ae14-4800-8000-00000000001d"],
+            topic="movr-users",
+            table_name="movr-users",
+            after={
+                "address": "35627 Chelsey Tunnel Suite 94",
+                "city": "los angeles",
+                "credit_card": "2099932769",
+                "id": "947ae147-ae14-4800-8000-00000000001d",
+                "name": "Kenneth Barnes",
+            },
+        ),
+    ),
+    6: (
+        "envelopes.md#L489",
+        E(envelope="wrapped", op="u", key=["seattle", "68ee1f95-3137-48e2-8ce3-34ac2d18c7c8"], after=Doc("after")),
+    ),
+    7: (
+        "envelopes.md#L500",
+        E(
+            envelope="wrapped",
+            op="u",
+            after={
+                "city": "washington dc",
+                "creation_time": "2019-01-02T03:04:05",
+                "current_location": "24315 Elizabeth Mountains",
+                "ext": {"color": "yellow"},
+                "id": "dadc1c0b-30f0-4c8b-bd16-046c8612bbea",
+                "owner_id": "034075b6-5380-4996-a267-5a129781f4d3",
+                "status": "in_use",
+                "type": "scooter",
+            },
+        ),
+    ),
+    8: (
+        "envelopes.md#L509",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=["washington dc", "298cc7a0-de6b-4659-ae57-eaa2de9d99c3"],
+            after=Doc("after"),
+        ),
+    ),
     # Enriched without source: ts_ns is the only time the message has.
-    9: ("envelopes.md#L527", E(envelope="enriched", op="c", after=Doc("after"), commit_time=ns(1745525261013511000), after_contains='"price": 29.99')),
-    10: ("envelopes.md#L692", E(envelope="bare", op="u", key=["washington dc", "cd48e501-e86d-4019-9923-2fc9a964b264"],
-         after_text='{"city": "washington dc", "creation_time": "2019-01-02T03:04:05", "current_location": "87247 Diane Park", '
-         '"ext": {"brand": "Fuji", "color": "yellow"}, "id": "cd48e501-e86d-4019-9923-2fc9a964b264", '
-         '"owner_id": "a616ce61-ade4-43d2-9aab-0e3b24a9aa9a", "status": "available", "type": "bike"}')),
+    9: (
+        "envelopes.md#L527",
+        E(
+            envelope="enriched",
+            op="c",
+            after=Doc("after"),
+            commit_time=ns(1745525261013511000),
+            after_contains='"price": 29.99',
+        ),
+    ),
+    10: (
+        "envelopes.md#L692",
+        E(
+            envelope="bare",
+            op="u",
+            key=["washington dc", "cd48e501-e86d-4019-9923-2fc9a964b264"],
+            after_text='{"city": "washington dc", "creation_time": "2019-01-02T03:04:05", "current_location": "87247 Diane Park", '
+            '"ext": {"brand": "Fuji", "color": "yellow"}, "id": "cd48e501-e86d-4019-9923-2fc9a964b264", '
+            '"owner_id": "a616ce61-ade4-43d2-9aab-0e3b24a9aa9a", "status": "available", "type": "bike"}',
+        ),
+    ),
     # A bare CDC-query value without metadata is byte-for-byte a row-envelope value: auto says "row".
-    11: ("envelopes.md#L705", E(envelope="row", op="u", after_text='{"city": "los angeles", "type": "skateboard"}', forced_bare=True)),
-    12: ("envelopes.md#L714", E(envelope="bare", op="u", topic="vehicles", table_name="vehicles",
-         after_text='{"city": "los angeles", "type": "skateboard"}')),
+    11: (
+        "envelopes.md#L705",
+        E(envelope="row", op="u", after_text='{"city": "los angeles", "type": "skateboard"}', forced_bare=True),
+    ),
+    12: (
+        "envelopes.md#L714",
+        E(
+            envelope="bare",
+            op="u",
+            topic="vehicles",
+            table_name="vehicles",
+            after_text='{"city": "los angeles", "type": "skateboard"}',
+        ),
+    ),
     # Sinkless key_only rendered as a SQL result row: key is a string holding the key JSON.
-    13: ("envelopes.md#L740", E(envelope="key_only", op=None, key=["seattle", "fff726cc-13b3-475f-ad92-a21cafee5d3f"], topic="users",
-         table_name="users", after=None, key_text='["seattle", "fff726cc-13b3-475f-ad92-a21cafee5d3f"]')),
+    13: (
+        "envelopes.md#L740",
+        E(
+            envelope="key_only",
+            op=None,
+            key=["seattle", "fff726cc-13b3-475f-ad92-a21cafee5d3f"],
+            topic="users",
+            table_name="users",
+            after=None,
+            key_text='["seattle", "fff726cc-13b3-475f-ad92-a21cafee5d3f"]',
+        ),
+    ),
     14: ("envelopes.md#L753", E(envelope="row", op="u", after_text=None, after_is_body=True)),
-    15: ("changefeed-messages.md#L92", E(envelope="wrapped", op="u", key=[1], after={"id": 1, "name": "Terry", "office": "new york city"},
-         updated="1701102296662969433.0000000000", commit_time=ns(1701102296662969433))),
-    16: ("changefeed-messages.md#L425", E(envelope="wrapped", op="u", after=Doc("after"), after_contains='"event_timestamp": "2025-05-09T21:20:29.203923Z"')),
-    17: ("changefeed-messages.md#L565", E(envelope="wrapped", op="u", key=[2], after={"data": {"__crdb_json_null__": True}, "id": 2})),
-    18: ("multi-region-deployments.md#L76", E(envelope="wrapped", op="d", after=None, updated="1632241564629087669.0000000000",
-         commit_time=ns(1632241564629087669))),
-    19: ("okta.md#L289", E(kind="resolved", envelope="wrapped", op=None, after=None, resolved="1681240120058450985.0000000000",
-         commit_time=ns(1681240120058450985))),
-    20: ("okta.md#L281", E(envelope="wrapped", op="u", after=Doc("after"), updated="1681240149199419939.0000000000",
-         commit_time=ns(1681240149199419939))),
-    21: ("column-families.md#L207", E(envelope="webhook", op="u", key=[1], topic="office_dogs.employee", table_name="office_dogs",
-         after_text='{"dog_owner":"Lauren"}')),
-    22: ("column-families.md#L228", E(envelope="webhook", op="u", key=[1], topic="office_plants.dog_friendly", table_name="office_plants",
-         after_text='{"office_floor":11,"safe_for_dogs":false}')),
-    23: ("envelopes.md#L163-L243", E(envelope="enriched", op="c", after=Doc("payload", "after"), commit_time=ns(1745353048801146000),
-         after_contains='"price": 12.50')),
-    24: ("envelopes.md#L310-L453", E(envelope="enriched", op="u", key={"id": "98879aa0-72bc-4b12-a128-325a4753162e"}, table_name="products",
-         before=Doc("payload", "before"), after=Doc("payload", "after"), updated="1747243394200039000.0000000000",
-         mvcc_timestamp="1747243394200039000.0000000000", commit_time=ns(1747243394200039000), source=Doc("payload", "source"))),
+    15: (
+        "changefeed-messages.md#L92",
+        E(
+            envelope="wrapped",
+            op="u",
+            key=[1],
+            after={"id": 1, "name": "Terry", "office": "new york city"},
+            updated="1701102296662969433.0000000000",
+            commit_time=ns(1701102296662969433),
+        ),
+    ),
+    16: (
+        "changefeed-messages.md#L425",
+        E(
+            envelope="wrapped",
+            op="u",
+            after=Doc("after"),
+            after_contains='"event_timestamp": "2025-05-09T21:20:29.203923Z"',
+        ),
+    ),
+    17: (
+        "changefeed-messages.md#L565",
+        E(envelope="wrapped", op="u", key=[2], after={"data": {"__crdb_json_null__": True}, "id": 2}),
+    ),
+    18: (
+        "multi-region-deployments.md#L76",
+        E(
+            envelope="wrapped",
+            op="d",
+            after=None,
+            updated="1632241564629087669.0000000000",
+            commit_time=ns(1632241564629087669),
+        ),
+    ),
+    19: (
+        "okta.md#L289",
+        E(
+            kind="resolved",
+            envelope="wrapped",
+            op=None,
+            after=None,
+            resolved="1681240120058450985.0000000000",
+            commit_time=ns(1681240120058450985),
+        ),
+    ),
+    20: (
+        "okta.md#L281",
+        E(
+            envelope="wrapped",
+            op="u",
+            after=Doc("after"),
+            updated="1681240149199419939.0000000000",
+            commit_time=ns(1681240149199419939),
+        ),
+    ),
+    21: (
+        "column-families.md#L207",
+        E(
+            envelope="webhook",
+            op="u",
+            key=[1],
+            topic="office_dogs.employee",
+            table_name="office_dogs",
+            after_text='{"dog_owner":"Lauren"}',
+        ),
+    ),
+    22: (
+        "column-families.md#L228",
+        E(
+            envelope="webhook",
+            op="u",
+            key=[1],
+            topic="office_plants.dog_friendly",
+            table_name="office_plants",
+            after_text='{"office_floor":11,"safe_for_dogs":false}',
+        ),
+    ),
+    23: (
+        "envelopes.md#L163-L243",
+        E(
+            envelope="enriched",
+            op="c",
+            after=Doc("payload", "after"),
+            commit_time=ns(1745353048801146000),
+            after_contains='"price": 12.50',
+        ),
+    ),
+    24: (
+        "envelopes.md#L310-L453",
+        E(
+            envelope="enriched",
+            op="u",
+            key={"id": "98879aa0-72bc-4b12-a128-325a4753162e"},
+            table_name="products",
+            before=Doc("payload", "before"),
+            after=Doc("payload", "after"),
+            updated="1747243394200039000.0000000000",
+            mvcc_timestamp="1747243394200039000.0000000000",
+            commit_time=ns(1747243394200039000),
+            source=Doc("payload", "source"),
+        ),
+    ),
     25: ("wrapped:insert", E(envelope="wrapped", op="u", after={"a": 1, "b": "bar"}, wrap_topic="foo")),
     26: ("wrapped:delete", E(envelope="wrapped", op="d", after=None, wrap_topic="foo")),
-    27: ("wrapped,updated:insert", E(envelope="wrapped", op="u", after={"a": 1, "b": "bar"}, updated="1.0000000002", commit_time=EPOCH, wrap_topic="foo")),
-    28: ("wrapped,updated:delete", E(envelope="wrapped", op="d", after=None, updated="1.0000000002", commit_time=EPOCH, wrap_topic="foo")),
+    27: (
+        "wrapped,updated:insert",
+        E(
+            envelope="wrapped",
+            op="u",
+            after={"a": 1, "b": "bar"},
+            updated="1.0000000002",
+            commit_time=EPOCH,
+            wrap_topic="foo",
+        ),
+    ),
+    28: (
+        "wrapped,updated:delete",
+        E(envelope="wrapped", op="d", after=None, updated="1.0000000002", commit_time=EPOCH, wrap_topic="foo"),
+    ),
     29: ("wrapped,diff:insert", E(envelope="wrapped", op="c", after={"a": 1, "b": "bar"}, wrap_topic="foo")),
-    30: ("wrapped,diff:delete", E(envelope="wrapped", op="d", after=None, before={"a": 1, "b": "bar"}, wrap_topic="foo")),
-    31: ("wrapped,updated,diff:insert", E(envelope="wrapped", op="c", after={"a": 1, "b": "bar"}, updated="1.0000000002", wrap_topic="foo")),
-    32: ("wrapped,updated,diff:delete", E(envelope="wrapped", op="d", after=None, before={"a": 1, "b": "bar"}, updated="1.0000000002", wrap_topic="foo")),
+    30: (
+        "wrapped,diff:delete",
+        E(envelope="wrapped", op="d", after=None, before={"a": 1, "b": "bar"}, wrap_topic="foo"),
+    ),
+    31: (
+        "wrapped,updated,diff:insert",
+        E(envelope="wrapped", op="c", after={"a": 1, "b": "bar"}, updated="1.0000000002", wrap_topic="foo"),
+    ),
+    32: (
+        "wrapped,updated,diff:delete",
+        E(
+            envelope="wrapped",
+            op="d",
+            after=None,
+            before={"a": 1, "b": "bar"},
+            updated="1.0000000002",
+            wrap_topic="foo",
+        ),
+    ),
     33: ("envelope=row:insert", E(envelope="row", op="u", after_text='{"a": 1, "b": "bar"}', wrap_topic="foo")),
     # envelope=row with updated carries __crdb__: auto cannot tell it from bare.
-    35: ("envelope=row,updated:insert", E(envelope="bare", op="u", after_text='{"a": 1, "b": "bar"}', updated="1.0000000002",
-         commit_time=EPOCH, forced_row=True, wrap_topic="foo")),
-    37: ("wrapped:resolved", E(kind="resolved", envelope="wrapped", op=None, after=None, resolved="1.0000000002", commit_time=EPOCH)),
-    38: ("row:resolved", E(kind="resolved", envelope="bare", op=None, after=None, resolved="1.0000000002", commit_time=EPOCH)),
+    35: (
+        "envelope=row,updated:insert",
+        E(
+            envelope="bare",
+            op="u",
+            after_text='{"a": 1, "b": "bar"}',
+            updated="1.0000000002",
+            commit_time=EPOCH,
+            forced_row=True,
+            wrap_topic="foo",
+        ),
+    ),
+    37: (
+        "wrapped:resolved",
+        E(kind="resolved", envelope="wrapped", op=None, after=None, resolved="1.0000000002", commit_time=EPOCH),
+    ),
+    38: (
+        "row:resolved",
+        E(kind="resolved", envelope="bare", op=None, after=None, resolved="1.0000000002", commit_time=EPOCH),
+    ),
     39: ("TestChangefeedBasics", E(envelope="wrapped", op="u", after={"a": 0, "b": "updated"})),
     40: ("TestChangefeedBasics", E(envelope="wrapped", op="d", after=None)),
     41: ("TestChangefeedDiff", E(envelope="wrapped", op="u", after={"a": 2, "b": "c"}, before={"a": 2, "b": "b"})),
@@ -137,8 +391,14 @@ CRDB_EXPECT: dict[int, tuple[str, dict]] = {
     43: ("TestChangefeedEnvelope", E(envelope="wrapped", op="u", key=[1], after={"a": 1, "b": "a"})),
     44: ("TestChangefeedFullTableName", E(envelope="wrapped", op="u", after={"a": 1, "b": "a"})),
     45: ("TestChangefeedQuotedTableNameTopicName", E(envelope="wrapped", op="c", after={"a": 0, "b": "updated"})),
-    46: ("TestChangefeedQuotedIdentifiersTopicName", E(envelope="wrapped", op="c",
-         after={"PropA": "value1", "PropB": "value2", "PropC": "value3", "PropD": "value4", "id": 1})),
+    46: (
+        "TestChangefeedQuotedIdentifiersTopicName",
+        E(
+            envelope="wrapped",
+            op="c",
+            after={"PropA": "value1", "PropB": "value2", "PropC": "value3", "PropD": "value4", "id": 1},
+        ),
+    ),
     47: ("TestChangefeedSingleColumnFamily", E(envelope="wrapped", op="u", after={"c": "cat", "d": None})),
     48: ("TestChangefeedSingleColumnFamily", E(envelope="wrapped", op="d", after=None)),
     49: ("TestChangefeedCustomKey", E(envelope="wrapped", op="u", after={"a": 0, "b": "dog", "c": "cat"})),
@@ -146,9 +406,18 @@ CRDB_EXPECT: dict[int, tuple[str, dict]] = {
     50: ("TestChangefeedBasicQuery", E(envelope="row", op="u", after_is_body=True, after_text=None)),
     51: ("TestChangefeedBasicQuery", E(envelope="row", op="u", after_is_body=True, after_text=None)),
     52: ("TestChangefeedBasicQueryWrapped", E(envelope="wrapped", op="d", after=None, before={"a": 1, "b": "a"})),
-    53: ("TestChangefeedBasicQueryWrapped", E(envelope="wrapped", op="u", after={"ba": "c2", "op": "update"}, before={"a": 2, "b": "b"})),
-    54: ("TestToJSONAsChangefeed", E(envelope="wrapped", op="c", after={"a": 1, "b": "hello"}, updated="0.0000000000", commit_time=EPOCH)),
-    55: ("TestToJSONAsChangefeed", E(envelope="bare", op="u", after_text='{"a": 1, "b": "hello"}', updated="0.0000000000", commit_time=EPOCH)),
+    53: (
+        "TestChangefeedBasicQueryWrapped",
+        E(envelope="wrapped", op="u", after={"ba": "c2", "op": "update"}, before={"a": 2, "b": "b"}),
+    ),
+    54: (
+        "TestToJSONAsChangefeed",
+        E(envelope="wrapped", op="c", after={"a": 1, "b": "hello"}, updated="0.0000000000", commit_time=EPOCH),
+    ),
+    55: (
+        "TestToJSONAsChangefeed",
+        E(envelope="bare", op="u", after_text='{"a": 1, "b": "hello"}', updated="0.0000000000", commit_time=EPOCH),
+    ),
     57: ("TestCollatedString", E(envelope="wrapped", op="u", after_text='{"a": 1, "b": "d\u00e9sol\u00e9e"}')),
     59: ("TestChangefeedUserDefinedTypes", E(envelope="wrapped", op="u", after={"x": 0, "y": "hello"})),
 }
@@ -269,36 +538,121 @@ TICDC_T0 = EPOCH  # TiCDC tests use commit_ts 1 or 3: a TSO whose physical part 
 DBZ_EXPECT: dict[int, tuple[str, dict]] = {
     # Key messages hold only key columns: a row with the key set and no op.
     0: ("codec_test.go#L115", E(envelope="debezium", op=None, key={"databaseName": "test"}, after=None, exact=False)),
-    1: ("codec_test.go#L134", E(kind="ddl", envelope="debezium", op=None, table_name="table2", commit_time=TICDC_T0,
-        ddl="RENAME TABLE test.table1 to test.table2")),
-    2: ("codec_test.go#L474", E(kind="ddl", envelope="debezium", op=None, table_name="table1", commit_time=TICDC_T0,
-        ddl="CREATE TABLE test.table1(id int(10) primary key)")),
-    3: ("codec_test.go#L552", E(kind="ddl", envelope="debezium", op=None, table_name="table2", commit_time=TICDC_T0,
-        ddl="DROP TABLE test.table2")),
+    1: (
+        "codec_test.go#L134",
+        E(
+            kind="ddl",
+            envelope="debezium",
+            op=None,
+            table_name="table2",
+            commit_time=TICDC_T0,
+            ddl="RENAME TABLE test.table1 to test.table2",
+        ),
+    ),
+    2: (
+        "codec_test.go#L474",
+        E(
+            kind="ddl",
+            envelope="debezium",
+            op=None,
+            table_name="table1",
+            commit_time=TICDC_T0,
+            ddl="CREATE TABLE test.table1(id int(10) primary key)",
+        ),
+    ),
+    3: (
+        "codec_test.go#L552",
+        E(
+            kind="ddl",
+            envelope="debezium",
+            op=None,
+            table_name="table2",
+            commit_time=TICDC_T0,
+            ddl="DROP TABLE test.table2",
+        ),
+    ),
     4: ("codec_test.go#L601", E(envelope="debezium", op=None, key={}, after=None, exact=False)),
-    5: ("codec_test.go#L611", E(kind="watermark", envelope="debezium", op="m", resolved="3", commit_time=TICDC_T0, after=None)),
+    5: (
+        "codec_test.go#L611",
+        E(kind="watermark", envelope="debezium", op="m", resolved="3", commit_time=TICDC_T0, after=None),
+    ),
     6: ("codec_test.go#L803", E(envelope="debezium", op=None, key={"tiny": 1}, after=None, exact=False)),
-    7: ("codec_test.go#L812", E(envelope="debezium", op="c", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0)),
-    8: ("codec_test.go#L870", E(envelope="debezium", op="c", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0)),
-    9: ("codec_test.go#L1019", E(envelope="debezium", op="u", table_name="table1", before={"tiny": 2}, after={"tiny": 1}, commit_time=TICDC_T0)),
-    10: ("codec_test.go#L1198", E(envelope="debezium", op="u", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0)),
-    11: ("codec_test.go#L1273", E(envelope="debezium", op="d", table_name="table1", before={"tiny": 2}, after=None, commit_time=TICDC_T0)),
-    12: ("codec_test.go#L1333", E(envelope="debezium", op="d", table_name="table1", before={"tiny": 2}, after=None, commit_time=TICDC_T0)),
+    7: (
+        "codec_test.go#L812",
+        E(envelope="debezium", op="c", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0),
+    ),
+    8: (
+        "codec_test.go#L870",
+        E(envelope="debezium", op="c", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0),
+    ),
+    9: (
+        "codec_test.go#L1019",
+        E(
+            envelope="debezium",
+            op="u",
+            table_name="table1",
+            before={"tiny": 2},
+            after={"tiny": 1},
+            commit_time=TICDC_T0,
+        ),
+    ),
+    10: (
+        "codec_test.go#L1198",
+        E(envelope="debezium", op="u", table_name="table1", after={"tiny": 1}, commit_time=TICDC_T0),
+    ),
+    11: (
+        "codec_test.go#L1273",
+        E(envelope="debezium", op="d", table_name="table1", before={"tiny": 2}, after=None, commit_time=TICDC_T0),
+    ),
+    12: (
+        "codec_test.go#L1333",
+        E(envelope="debezium", op="d", table_name="table1", before={"tiny": 2}, after=None, commit_time=TICDC_T0),
+    ),
     # Real MySQL connector: source.ts_ms 1701673705000 (> 0) is the event time.
-    13: ("datatype.dbz.json", E(envelope="debezium", op="c", table_name="foo", after=Doc("payload", "after"),
-         commit_time=EPOCH + dt.timedelta(milliseconds=1701673705000), after_contains='"col_bigint": -9223372036854775808')),
+    13: (
+        "datatype.dbz.json",
+        E(
+            envelope="debezium",
+            op="c",
+            table_name="foo",
+            after=Doc("payload", "after"),
+            commit_time=EPOCH + dt.timedelta(milliseconds=1701673705000),
+            after_contains='"col_bigint": -9223372036854775808',
+        ),
+    ),
     14: ("datatype.dbz.key.json", E(envelope="debezium", op=None, key={"pk": 1}, after=None, exact=False)),
     # PostgreSQL: source.ts_us 1559033904863123 is the most precise event time.
-    15: ("postgresql.adoc#L765-L952", E(envelope="debezium", op="c", table_name="customers", after=Doc("payload", "after"),
-         commit_time=EPOCH + dt.timedelta(microseconds=1559033904863123))),
+    15: (
+        "postgresql.adoc#L765-L952",
+        E(
+            envelope="debezium",
+            op="c",
+            table_name="customers",
+            after=Doc("payload", "after"),
+            commit_time=EPOCH + dt.timedelta(microseconds=1559033904863123),
+        ),
+    ),
     # MySQL serde fixtures: source.ts_ms is 0 (unknown): no commit time, not the envelope's ts_ms
     # (the connector's processing time); issue 14, item 5.
-    23: ("serde-with-schema.json", E(envelope="debezium", op="c", table_name="customers", after=Doc("payload", "after"),
-         commit_time=None)),
-    24: ("serde-without-schema.json", E(envelope="debezium", op="c", table_name="customers", after=Doc("after"),
-         commit_time=None)),
-    25: ("serde-update.json", E(envelope="debezium", op="u", table_name="customers", after=Doc("after"), before=Doc("before"),
-         commit_time=None)),
+    23: (
+        "serde-with-schema.json",
+        E(envelope="debezium", op="c", table_name="customers", after=Doc("payload", "after"), commit_time=None),
+    ),
+    24: (
+        "serde-without-schema.json",
+        E(envelope="debezium", op="c", table_name="customers", after=Doc("after"), commit_time=None),
+    ),
+    25: (
+        "serde-update.json",
+        E(
+            envelope="debezium",
+            op="u",
+            table_name="customers",
+            after=Doc("after"),
+            before=Doc("before"),
+            commit_time=None,
+        ),
+    ),
 }
 DBZ_MALFORMED = {16: "L1047", 17: "L1152", 18: "L1251", 19: "L1330", 20: "L1365", 21: "L639", 22: "L501"}
 
@@ -334,8 +688,16 @@ def test_postgres_docs_illustrations_once_placeholders_are_filled() -> None:
     src = ('{"version": "2.7.0.Final", "connector": "postgresql", "name": "PostgreSQL_server", "ts_ms": 1559033904863, '
            '"ts_us": 1559033904863769, "snapshot": false, "db": "postgres", "schema": "public", "table": "customers", '
            '"txId": 556, "lsn": 46523128, "xmin": null}')  # fmt: skip
-    update = '{"schema": {}, "payload": {"before": {"id": 1}, "after": {"id": 1, "first_name": "Anne Marie"}, "source": ' + src + ', "op": "u", "ts_ms": 1465584025523}}'
-    delete = '{"schema": {}, "payload": {"before": {"id": 1}, "after": null, "source": ' + src + ', "op": "d", "ts_ms": 1465581902461}}'
+    update = (
+        '{"schema": {}, "payload": {"before": {"id": 1}, "after": {"id": 1, "first_name": "Anne Marie"}, "source": '
+        + src
+        + ', "op": "u", "ts_ms": 1465584025523}}'
+    )
+    delete = (
+        '{"schema": {}, "payload": {"before": {"id": 1}, "after": null, "source": '
+        + src
+        + ', "op": "d", "ts_ms": 1465581902461}}'
+    )
     truncate = '{"schema": {}, "payload": {"source": ' + src + ', "op": "t", "ts_ms": 1559033904961}}'
     message = ('{"schema": {}, "payload": {"source": ' + src.replace('"customers"', '""') + ', "op": "m", "ts_ms": 1559033904961, '
                '"message": {"prefix": "foo", "content": "Ymfy"}}}')  # fmt: skip
@@ -351,10 +713,12 @@ def test_postgres_docs_illustrations_once_placeholders_are_filled() -> None:
 
 def test_asyncapi_seed_examples() -> None:
     """The AsyncAPI spec's examples (seed 000, YAML) written out as CockroachDB lays them out."""
-    webhook = ('{"payload":[{"after":{"city":"rome","creation_time":"2019-01-02T03:04:05","current_location":"39141 Travis Curve Suite 87",'
-               '"dog_owner_id":"5d0c85b5-8866-47cf-a6bc-d032f198e48f","ext":{"brand":"Schwinn","color":"red"},'
-               '"id":"d7b18299-c0c4-4304-9ef7-05ae46fd5ee1","status":"in_use","type":"bike"},'
-               '"key":["rome","d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"],"topic":"vehicles","updated":"1629813621680097993.0000000000"}],"length":1}')
+    webhook = (
+        '{"payload":[{"after":{"city":"rome","creation_time":"2019-01-02T03:04:05","current_location":"39141 Travis Curve Suite 87",'
+        '"dog_owner_id":"5d0c85b5-8866-47cf-a6bc-d032f198e48f","ext":{"brand":"Schwinn","color":"red"},'
+        '"id":"d7b18299-c0c4-4304-9ef7-05ae46fd5ee1","status":"in_use","type":"bike"},'
+        '"key":["rome","d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"],"topic":"vehicles","updated":"1629813621680097993.0000000000"}],"length":1}'
+    )
     resolved = '{"resolved":"1701102296662969433.0000000000"}'
     key_only = '["boston", "22222222-2222-4200-8000-000000000002"]'
     enriched = ('{"after": {"category": "Electronics", "created_at": "2025-04-24T14:59:28.96273", "description": '
@@ -362,21 +726,40 @@ def test_asyncapi_seed_examples() -> None:
                 '"name": "Wireless Mouse", "price": 29.99}, "op": "c", "ts_ns": 1745525261013511000}')  # fmt: skip
     out = decode_messages([x.encode() for x in (webhook, resolved, key_only, enriched)]).to_pylist()
     w, r, k, e = out
-    assert (w["kind"], w["envelope"], w["op"], w["topic"], w["table_name"]) == ("row", "webhook", "u", "vehicles", "vehicles")
+    assert (w["kind"], w["envelope"], w["op"], w["topic"], w["table_name"]) == (
+        "row",
+        "webhook",
+        "u",
+        "vehicles",
+        "vehicles",
+    )
     assert js(w["key"]) == ["rome", "d7b18299-c0c4-4304-9ef7-05ae46fd5ee1"]
     assert w["updated"] == "1629813621680097993.0000000000" and w["commit_time"] == ns(1629813621680097993)
     assert js(w["after"])["ext"] == {"brand": "Schwinn", "color": "red"}
-    assert (r["kind"], r["resolved"], r["commit_time"]) == ("resolved", "1701102296662969433.0000000000", ns(1701102296662969433))
-    assert (k["envelope"], js(k["key"]), k["op"]) == ("key_only", ["boston", "22222222-2222-4200-8000-000000000002"], None)
+    assert (r["kind"], r["resolved"], r["commit_time"]) == (
+        "resolved",
+        "1701102296662969433.0000000000",
+        ns(1701102296662969433),
+    )
+    assert (k["envelope"], js(k["key"]), k["op"]) == (
+        "key_only",
+        ["boston", "22222222-2222-4200-8000-000000000002"],
+        None,
+    )
     assert (e["envelope"], e["op"]) == ("enriched", "c") and '"price": 29.99' in e["after"]
 
 
 def test_envelope_doc_seed_webhook_and_enriched_with_source() -> None:
     """seed 001: the webhook batch example and the enriched_properties='source,schema' example."""
-    webhook = ('{"payload": [{"after" : {"a" : 1, "b" : "a"}, "key": [1], "topic": "foo"}, '
-               '{"after": {"a": 1, "b": "b"}, "key": [1], "topic": "foo" }], "length":2}')
+    webhook = (
+        '{"payload": [{"after" : {"a" : 1, "b" : "a"}, "key": [1], "topic": "foo"}, '
+        '{"after": {"a": 1, "b": "b"}, "key": [1], "topic": "foo" }], "length":2}'
+    )
     out = decode_messages([webhook.encode()]).to_pylist()
-    assert [(js(r["after"]), r["topic"], js(r["key"])) for r in out] == [({"a": 1, "b": "a"}, "foo", [1]), ({"a": 1, "b": "b"}, "foo", [1])]
+    assert [(js(r["after"]), r["topic"], js(r["key"])) for r in out] == [
+        ({"a": 1, "b": "a"}, "foo", [1]),
+        ({"a": 1, "b": "b"}, "foo", [1]),
+    ]
     seed = (SHARED / "seeds" / "001_ad020d34d2c80437.txt").read_text().splitlines()
     line = next(s.strip() for s in seed if s.strip().startswith('{"payload": {"after": {"category": "Electronics"'))
     (row,) = decode_messages([line.encode()]).to_pylist()

@@ -14,16 +14,25 @@ UTC = dt.UTC
 
 # As in Debezium's PostgreSQL connector docs ("Transaction metadata"): BEGIN and END events.
 BEGIN = b'{"status":"BEGIN","id":"571:53195829","ts_ms":1486500577125,"event_count":null,"data_collections":null}'
-END = (b'{"status":"END","id":"571:53195832","ts_ms":1486500577691,"event_count":2,'
-       b'"data_collections":[{"data_collection":"s1.a","event_count":1},{"data_collection":"s2.a","event_count":1}]}')
+END = (
+    b'{"status":"END","id":"571:53195832","ts_ms":1486500577691,"event_count":2,'
+    b'"data_collections":[{"data_collection":"s1.a","event_count":1},{"data_collection":"s2.a","event_count":1}]}'
+)
 
 
 def _rows(bodies, **kw):
     return decode_messages(bodies, **kw).to_pylist()
 
 
-@pytest.mark.parametrize("body", [BEGIN, END, b'{"schema":{"type":"struct","name":"io.debezium.connector.common.'
-                                  b'TransactionMetadataValue"},"payload":' + END + b"}"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        BEGIN,
+        END,
+        b'{"schema":{"type":"struct","name":"io.debezium.connector.common.'
+        b'TransactionMetadataValue"},"payload":' + END + b"}",
+    ],
+)
 def test_transaction_metadata_is_a_transaction_row(body):
     (row,) = _rows([body])
     assert row["kind"] == "transaction" and row["envelope"] == "debezium" and row["op"] is None
@@ -55,9 +64,11 @@ def test_forced_non_debezium_envelopes_still_refuse_an_empty_body():
 
 
 def test_snapshot_event_with_zero_source_time_has_no_commit_time():
-    body = (b'{"before":null,"after":{"id":1},"source":{"version":"2.4.0.Final","connector":"postgresql",'
-            b'"name":"db","ts_ms":0,"snapshot":"true","db":"d","schema":"public","table":"t"},'
-            b'"op":"r","ts_ms":1700000000000}')
+    body = (
+        b'{"before":null,"after":{"id":1},"source":{"version":"2.4.0.Final","connector":"postgresql",'
+        b'"name":"db","ts_ms":0,"snapshot":"true","db":"d","schema":"public","table":"t"},'
+        b'"op":"r","ts_ms":1700000000000}'
+    )
     (row,) = _rows([body])
     assert row["kind"] == "row" and row["op"] == "r"
     assert row["commit_time"] is None

@@ -55,7 +55,7 @@ def test_exports() -> None:
 
 
 def test_schema_equals_contract_untyped_and_typed() -> None:
-    body = v2('[1]', '{"after": {"a": 1}}', "t")
+    body = v2("[1]", '{"after": {"a": 1}}', "t")
     assert decode_messages([body]).schema.equals(arrow_schema())
     assert decode_messages([]).schema.equals(arrow_schema())
     assert decode_messages([b"junk"]).schema.equals(arrow_schema())
@@ -114,9 +114,13 @@ def test_v2_wrapped_fast_path_fields() -> None:
 
 def test_fast_and_general_paths_agree() -> None:
     bodies = [
-        v2('[1]', '{"after": {"a": 1}, "before": null, "mvcc_timestamp": "5000.0000000000", "updated": "6000.0000000001"}', "foo"),
-        v2('[2]', '{"after": null, "before": {"a": 2}}', "foo.fam"),
-        v2('[3]', '{"after": {"a": 3}, "before": {"a": 2}, "updated": "7000.0000000000"}', "d.public.foo"),
+        v2(
+            "[1]",
+            '{"after": {"a": 1}, "before": null, "mvcc_timestamp": "5000.0000000000", "updated": "6000.0000000001"}',
+            "foo",
+        ),
+        v2("[2]", '{"after": null, "before": {"a": 2}}', "foo.fam"),
+        v2("[3]", '{"after": {"a": 3}, "before": {"a": 2}, "updated": "7000.0000000000"}', "d.public.foo"),
     ]
     fast = rows(decode_messages(bodies))
     general = []
@@ -135,8 +139,10 @@ def test_fast_and_general_paths_agree() -> None:
 
 
 def test_mixed_batch_keeps_message_order() -> None:
-    webhook = b'{"payload":[{"after":{"a":1},"key":[1],"topic":"foo"},{"after":{"a":2},"key":[2],"topic":"foo"}],"length":2}'
-    bodies = [v2('[0]', '{"after": {"a": 0}}', "foo"), webhook, b"bad", v2('[9]', '{"after": {"a": 9}}', "foo")]
+    webhook = (
+        b'{"payload":[{"after":{"a":1},"key":[1],"topic":"foo"},{"after":{"a":2},"key":[2],"topic":"foo"}],"length":2}'
+    )
+    bodies = [v2("[0]", '{"after": {"a": 0}}', "foo"), webhook, b"bad", v2("[9]", '{"after": {"a": 9}}', "foo")]
     out = rows(decode_messages(bodies, message_ids=["m0", "m1", "m2", "m3"]))
     assert [(r["message_id"], r["kind"], r["key"]) for r in out] == [
         ("m0", "row", "[0]"),
@@ -171,7 +177,12 @@ def test_bare_envelope_rebuilds_row_exactly() -> None:
     assert r["envelope"] == "bare" and r["kind"] == "row" and r["op"] == "u"
     # CockroachDB's own ", " / ": " separators: the row comes out byte-identical to its encoder.
     assert r["after"] == '{"a": 1, "b": "bar", "d": 26.30}'
-    assert (r["key"], r["topic"], r["updated"], r["mvcc_timestamp"]) == ("[1]", "foo", "3000.0000000000", "2000.0000000000")
+    assert (r["key"], r["topic"], r["updated"], r["mvcc_timestamp"]) == (
+        "[1]",
+        "foo",
+        "3000.0000000000",
+        "2000.0000000000",
+    )
     assert one(body, envelope="row")["envelope"] == "row"
 
 
@@ -199,8 +210,15 @@ def test_enriched_plain_and_with_wrapper_object_key() -> None:
     r = one(v2('{"id": 1}', value, "products"))
     assert (r["envelope"], r["op"], r["key"], r["after"]) == ("enriched", "c", '{"id": 1}', '{"id": 1, "price": 12.50}')
     assert r["commit_time"] == ns(1745525261013511000)
-    src = '{"mvcc_timestamp": "1747243394200039000.0000000000", "origin": "cockroachdb", "table_name": "products", "ts_hlc": "1747243394200039000.0000000001", "ts_ns": 1747243394200039000}'
-    r = one(('{"after": null, "before": {"id": 1}, "op": "d", "source": ' + src + ', "ts_ns": 1747243394886231000}').encode())
+    src = (
+        '{"mvcc_timestamp": "1747243394200039000.0000000000", "origin": "cockroachdb", "table_name": "products", '
+        '"ts_hlc": "1747243394200039000.0000000001", "ts_ns": 1747243394200039000}'
+    )
+    r = one(
+        (
+            '{"after": null, "before": {"id": 1}, "op": "d", "source": ' + src + ', "ts_ns": 1747243394886231000}'
+        ).encode()
+    )
     assert (r["op"], r["table_name"], r["updated"], r["mvcc_timestamp"]) == (
         "d", "products", "1747243394200039000.0000000001", "1747243394200039000.0000000000",
     )  # fmt: skip
@@ -212,7 +230,10 @@ def test_enriched_schema_form_vs_debezium() -> None:
     enriched = b'{"payload": {"after": {"a": 1}, "op": "c", "ts_ns": 10}, "schema": {"name": "cockroachdb.envelope", "type": "struct", "fields": []}}'
     r = one(enriched)
     assert (r["envelope"], r["op"], r["after"]) == ("enriched", "c", '{"a": 1}')
-    debezium = b'{"payload": {"after": {"a": 1}, "before": null, "op": "c", "ts_ms": 10, "source": {"connector": "postgresql", "table": "t", "ts_ms": 0}}, "schema": {"name": "srv.public.t.Envelope"}}'
+    debezium = (
+        b'{"payload": {"after": {"a": 1}, "before": null, "op": "c", "ts_ms": 10, '
+        b'"source": {"connector": "postgresql", "table": "t", "ts_ms": 0}}, "schema": {"name": "srv.public.t.Envelope"}}'
+    )
     r = one(debezium)
     assert (r["envelope"], r["op"], r["table_name"]) == ("debezium", "c", "t")
     assert r["commit_time"] is None  # source.ts_ms 0: unknown, not the processing time (issue 14, item 5)
@@ -220,7 +241,13 @@ def test_enriched_schema_form_vs_debezium() -> None:
 
 def test_wrapper_key_with_schema_uses_payload() -> None:
     key = '{"payload": {"id": "x"}, "schema": {"type": "struct"}}'
-    r = one(v2(key, '{"payload": {"after": {"id": "x"}, "op": "c", "ts_ns": 1}, "schema": {"name": "cockroachdb.envelope"}}', "p"))
+    r = one(
+        v2(
+            key,
+            '{"payload": {"after": {"id": "x"}, "op": "c", "ts_ns": 1}, "schema": {"name": "cockroachdb.envelope"}}',
+            "p",
+        )
+    )
     assert r["key"] == '{"id": "x"}' and r["envelope"] == "enriched"
 
 
@@ -240,7 +267,9 @@ def test_debezium_ops_and_kinds() -> None:
     src = '{"connector": "postgresql", "db": "postgres", "schema": "public", "table": "customers", "ts_ms": 1559033904863, "ts_us": 1559033904863769}'
     for op in ("c", "u", "d", "r", "t"):
         after = "null" if op in ("d", "t") else '{"id": 1}'
-        r = one(('{"before": null, "after": ' + after + ', "source": ' + src + ', "op": "' + op + '", "ts_ms": 1}').encode())
+        r = one(
+            ('{"before": null, "after": ' + after + ', "source": ' + src + ', "op": "' + op + '", "ts_ms": 1}').encode()
+        )
         assert (r["kind"], r["envelope"], r["op"], r["table_name"]) == ("row", "debezium", op, "customers")
         assert r["commit_time"] == EPOCH + dt.timedelta(microseconds=1559033904863769)  # source.ts_us
         assert r["source"] == src
@@ -254,7 +283,11 @@ def test_debezium_ops_and_kinds() -> None:
 def test_ticdc_watermark_ddl_and_commit_ts() -> None:
     # TSO: physical ms << 18. 1701326309000 ms = 2023-11-30T06:38:29Z.
     tso = 1701326309000 << 18 | 5
-    wm = '{"payload": {"source": {"connector": "TiCDC", "commit_ts": ' + str(tso) + ', "ts_ms": 0}, "op": "m", "ts_ms": 1}}'
+    wm = (
+        '{"payload": {"source": {"connector": "TiCDC", "commit_ts": '
+        + str(tso)
+        + ', "ts_ms": 0}, "op": "m", "ts_ms": 1}}'
+    )
     r = one(wm.encode())
     assert (r["kind"], r["resolved"]) == ("watermark", str(tso))
     assert r["commit_time"] == EPOCH + dt.timedelta(milliseconds=1701326309000)
@@ -293,15 +326,21 @@ def test_table_name_attribute_comes_first() -> None:
     """topic_name= puts every table on one topic; with_table_name_attribute=true names the table
     in a TABLE_NAME attribute, which wins over the topic (and over the body) on every path."""
     bodies = [
-        v2("[1]", '{"after": {"a": 1}}', "cdc_all"),                       # fast path
+        v2("[1]", '{"after": {"a": 1}}', "cdc_all"),  # fast path
         v2("[2]", '{"after": {"b": 1}, "updated": "1.0000000001"}', "cdc_all"),
-        b'{"key":[3],"value":{"after":{"c":1}},"topic":"cdc_all"}',          # general path (legacy)
-        v2("[4]", '{"after": {"a": 1}}', "cdc_all"),                       # no attribute: the topic
-        b'{"resolved":"1.0000000000"}',                                     # resolved: no attributes
+        b'{"key":[3],"value":{"after":{"c":1}},"topic":"cdc_all"}',  # general path (legacy)
+        v2("[4]", '{"after": {"a": 1}}', "cdc_all"),  # no attribute: the topic
+        b'{"resolved":"1.0000000000"}',  # resolved: no attributes
         b"bad",
     ]
-    attrs = [{"TABLE_NAME": "users"}, {"TABLE_NAME": "rides", "x": "y"}, {"TABLE_NAME": "vehicles"}, {}, None,
-             {"TABLE_NAME": "users"}]
+    attrs = [
+        {"TABLE_NAME": "users"},
+        {"TABLE_NAME": "rides", "x": "y"},
+        {"TABLE_NAME": "vehicles"},
+        {},
+        None,
+        {"TABLE_NAME": "users"},
+    ]
     out = rows(decode_messages(bodies, attributes=attrs))
     assert [r["table_name"] for r in out] == ["users", "rides", "vehicles", "cdc_all", None, "users"]
     assert [r["kind"] for r in out] == ["row", "row", "row", "row", "resolved", "malformed"]
@@ -312,7 +351,11 @@ def test_table_name_attribute_comes_first() -> None:
 def test_csv_envelope_typed() -> None:
     out = rows(decode_messages([b"1,Alice", "2,d\u00e9sol\u00e9e".encode(), b'3,"x,y"', b"4"], envelope="csv",
                                row_schema="id BIGINT, name STRING"))  # fmt: skip
-    assert [r["after"] for r in out[:3]] == [{"id": 1, "name": "Alice"}, {"id": 2, "name": "d\u00e9sol\u00e9e"}, {"id": 3, "name": "x,y"}]
+    assert [r["after"] for r in out[:3]] == [
+        {"id": 1, "name": "Alice"},
+        {"id": 2, "name": "d\u00e9sol\u00e9e"},
+        {"id": 3, "name": "x,y"},
+    ]
     assert all(r["envelope"] == "csv" and r["op"] == "r" for r in out[:3])
     assert out[3]["kind"] == "malformed" and "fields" in out[3]["error"]
 
@@ -324,7 +367,10 @@ def test_lossless_numbers_strings_unicode() -> None:
     value = '{"after": {"big": 9223372036854775807, "d": 26.30, "e": 1E+2, "f": "NaN", "s": "d\u00e9sol\u00e9e \U0001f600"}}'
     for body in (value.encode(), v2("[1]", value, "t")):
         r = one(body)
-        assert r["after"] == '{"big": 9223372036854775807, "d": 26.30, "e": 1E+2, "f": "NaN", "s": "d\u00e9sol\u00e9e \U0001f600"}'
+        assert (
+            r["after"]
+            == '{"big": 9223372036854775807, "d": 26.30, "e": 1E+2, "f": "NaN", "s": "d\u00e9sol\u00e9e \U0001f600"}'
+        )
 
 
 # -- modes and stats -------------------------------------------------------------------------------
@@ -367,11 +413,17 @@ BAD = {
     "updated not hlc": (v2("[1]", '{"after": {"a": 1}, "updated": "yesterday"}', "t"), "HLC"),
     "key scalar": (v2("5", '{"after": {"a": 1}}', "t"), "`Key` must be a JSON array or object"),
     "dup top-level": (b'{"after": {"a": 1}, "after": null}', "duplicate key 'after'"),
-    "dup wrapper": (b'{"Key":[1],"Value":{"after": {"a": 1}},"Value":{"after": null},"Topic":"t"}', "duplicate key 'Value'"),
+    "dup wrapper": (
+        b'{"Key":[1],"Value":{"after": {"a": 1}},"Value":{"after": null},"Topic":"t"}',
+        "duplicate key 'Value'",
+    ),
     "dup in Value (fast shape)": (v2("[1]", '{"after": {"a": 1}, "after": null}', "t"), "duplicate key 'after'"),
     "dup escaped key": (b'{"after": {"a": 1}, "\\u0061fter": null}', "duplicate key 'after'"),
     "invalid utf8 top": (b'{"after": {"a": "\xff"}}', "UTF-8"),
-    "invalid utf8 in after (fast shape)": (v2("[1]", '{"after": {"a": "x"}}', "t").replace(b'"x"', b'"\xc3("'), "UTF-8"),
+    "invalid utf8 in after (fast shape)": (
+        v2("[1]", '{"after": {"a": "x"}}', "t").replace(b'"x"', b'"\xc3("'),
+        "UTF-8",
+    ),
     "invalid utf8 in key (fast shape)": (b'{"Key":["\xe2\x82"],"Value":{"after": {"a": 1}},"Topic":"t"}', "UTF-8"),
     "invalid utf8 in topic": (b'{"Key":[1],"Value":{"after": {"a": 1}},"Topic":"\xff"}', "UTF-8"),
     "webhook length type": (b'{"payload":[],"length":"0"}', "length"),
@@ -379,7 +431,10 @@ BAD = {
     "nested 1000": (b'{"after": {"a": ' + b"[" * 1000 + b"]" * 1000 + b"}}", "nested too deep"),
     "nested 100000": (b'{"after": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}", "nested too deep"),
     "nested 100000 bare": (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
-    "nested 100000 fast shape": (v2("[1]", '{"after": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}", "t"), "nested too deep"),
+    "nested 100000 fast shape": (
+        v2("[1]", '{"after": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}", "t"),
+        "nested too deep",
+    ),
     "unterminated deep": (b"{" * 100_000, "JSON"),
 }
 
@@ -456,7 +511,10 @@ def test_include_raw() -> None:
 
 # -- typed rows ------------------------------------------------------------------------------------
 
-TYPED = "id STRING, price DECIMAL(10,2), qty BIGINT, ok BOOLEAN, f DOUBLE, at TIMESTAMP, day DATE, raw BINARY, tags ARRAY<STRING>, m MAP<STRING, INT>, s STRUCT<x: INT, y: STRING>, j STRING"
+TYPED = (
+    "id STRING, price DECIMAL(10,2), qty BIGINT, ok BOOLEAN, f DOUBLE, at TIMESTAMP, day DATE, raw BINARY, "
+    "tags ARRAY<STRING>, m MAP<STRING, INT>, s STRUCT<x: INT, y: STRING>, j STRING"
+)
 
 
 def test_typed_row_values() -> None:
@@ -526,7 +584,9 @@ def test_typed_failfast_and_drop() -> None:
 def test_typed_bare_and_webhook() -> None:
     r = one(b'{"__crdb__": {"key": [1]}, "a": 7, "b": "x"}', row_schema="a INT, b STRING")
     assert r["after"] == {"a": 7, "b": "x"}
-    out = rows(decode_messages([b'{"payload":[{"after":{"a":1},"key":[1],"topic":"t"}],"length":1}'], row_schema="a INT"))
+    out = rows(
+        decode_messages([b'{"payload":[{"after":{"a":1},"key":[1],"topic":"t"}],"length":1}'], row_schema="a INT")
+    )
     assert out[0]["after"] == {"a": 1}
 
 
@@ -598,7 +658,9 @@ def test_schema_from_enriched() -> None:
 def test_mutated_bodies_never_escape_as_exceptions() -> None:
     """Deterministic fuzz: corrupted real bodies give rows or malformed rows, valid Arrow, no crash."""
     shared = Path(__file__).resolve().parents[3] / "shared" / "conformance"  # ../shared beside the repository
-    seeds = [v2('["rome", "d7b18299"]', '{"after": {"a": 26.30, "b": "x"}, "before": null, "updated": "5.0000000000"}', "t")]
+    seeds = [
+        v2('["rome", "d7b18299"]', '{"after": {"a": 26.30, "b": "x"}, "before": null, "updated": "5.0000000000"}', "t")
+    ]
     for name in ("crdb_examples.jsonl", "debezium_examples.jsonl"):
         seeds += [json.loads(line)["body"].encode() for line in (shared / name).read_text().splitlines()]
     rng = random.Random(20240601)
@@ -642,15 +704,17 @@ def test_arrow_metadata_columns_give_the_same_rows_as_lists():
     times = [1_700_000_000_000_000 + i for i in range(n)]
     attrs = [None, {"TABLE_NAME": "users"}, {}, {"key": "[9]"}, None] * 3
     keys = ["", "k1", None, "", "k4"] * 3
-    expected = decode_messages(bodies, message_ids=ids, publish_times=times, attributes=attrs, ordering_keys=keys,
-                               envelope="auto")
+    expected = decode_messages(
+        bodies, message_ids=ids, publish_times=times, attributes=attrs, ordering_keys=keys, envelope="auto"
+    )
     map_type = pa.map_(pa.string(), pa.string())
     got = decode_messages(
         pa.array([b"pad"] + bodies, pa.binary()).slice(1),
         message_ids=pa.array(["x"] + ids, pa.string()).slice(1),
         publish_times=pa.chunked_array([pa.array(times[:4], pa.int64()), pa.array(times[4:], pa.int64())]),
-        attributes=pa.array([[("TABLE_NAME", "pad")]] + [None if a is None else list(a.items()) for a in attrs],
-                            map_type).slice(1),
+        attributes=pa.array(
+            [[("TABLE_NAME", "pad")]] + [None if a is None else list(a.items()) for a in attrs], map_type
+        ).slice(1),
         ordering_keys=pa.array(keys, pa.string()),
     )
     assert got.to_pylist() == expected.to_pylist()
@@ -659,5 +723,8 @@ def test_arrow_metadata_columns_give_the_same_rows_as_lists():
 
 def test_failfast_names_the_message_id_from_an_arrow_column():
     with pytest.raises(ValueError, match="m-2"):
-        decode_messages([b'{"Key":[1],"Value":{"after": {}},"Topic":"t"}', b"{bad"], mode="FAILFAST",
-                        message_ids=pa.array(["m-1", "m-2"]))
+        decode_messages(
+            [b'{"Key":[1],"Value":{"after": {}},"Topic":"t"}', b"{bad"],
+            mode="FAILFAST",
+            message_ids=pa.array(["m-1", "m-2"]),
+        )

@@ -110,7 +110,9 @@ def test_schema_block_variants_fall_back_exactly() -> None:
         framed(SCHEMA.replace('"name":"srv.public.t.Envelope"', '"title":"x"')),
         framed("null"),
         framed("[1, 2]"),
-        framed('{"name":"x"}', event.replace('"connector":"postgresql"', '"origin":"cockroachdb","connector":"postgresql"')),
+        framed(
+            '{"name":"x"}', event.replace('"connector":"postgresql"', '"origin":"cockroachdb","connector":"postgresql"')
+        ),
         framed("null", event.replace('"connector":"postgresql"', '"origin":"cockroachdb","connector":"postgresql"')),
         framed(SCHEMA, event.replace('"op":"u"', '"op":"u","op":"u"')),  # repeated inside the payload
         framed(SCHEMA).replace(b'{"schema":', b'{"schema":' + SCHEMA.encode() + b',"schema":', 1),  # repeated schema

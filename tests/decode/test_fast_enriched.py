@@ -12,6 +12,7 @@ def test_enriched_variants_fall_back_exactly() -> None:
     src = ('{"changefeed_sink": "pubsub", "mvcc_timestamp": "1747243394200039000.0000000000", '
            '"origin": "cockroachdb", "table_name": "products", "ts_hlc": "1747243394200039000.0000000000", '
            '"ts_ns": 1747243394200039000}')  # fmt: skip
+
     def value(**kw: str) -> str:
         fields = {"after": '{"id": 1, "price": 12.50}', "op": '"c"', "source": src, "ts_ns": "1747243394886231000"}
         fields.update(kw)
@@ -19,10 +20,13 @@ def test_enriched_variants_fall_back_exactly() -> None:
 
     variants = [
         wrap('{"id": 1}', value()),
-        wrap('[1]', value(op='"u"', before='{"id": 1, "price": 12.40}')),
+        wrap("[1]", value(op='"u"', before='{"id": 1, "price": 12.40}')),
         wrap('{"id": 1}', value(source=src.replace('"origin": "cockroachdb"', '"origin": "other"'))),
         wrap('{"id": 1}', value(source=src.replace(', "origin": "cockroachdb"', ""))),
-        wrap('{"id": 1}', value(source=src.replace('"node": 1', "") .replace('"ts_ns": 1747', '"ts_ns": 1747, "ts_ns": 1747'))),
+        wrap(
+            '{"id": 1}',
+            value(source=src.replace('"node": 1', "").replace('"ts_ns": 1747', '"ts_ns": 1747, "ts_ns": 1747')),
+        ),
         wrap('{"id": 1}', value(source=src.replace('"products"', '"pro\\u0064ucts"'))),
         wrap('{"id": 1}', value(source=src.replace('"products"', '""'))),
         wrap('{"id": 1}', value(source=src.replace('"products"', "7"))),
@@ -94,11 +98,21 @@ def _with_schema(body: bytes, name: str = '"cockroachdb.envelope"', key: str | N
     """An enriched body of make_bodies with enriched_properties=schema (schema blocks abridged)."""
     head, value_topic = body.split(b',"Value":', 1)
     value, topic = value_topic.rsplit(b',"Topic":', 1)
-    schema = '{"fields": [{"field": "op", "optional": false, "type": "string"}], "name": ' + name + ', "type": "struct"}'
-    key_text = key if key is not None else head[len(b'{"Key":'):].decode()
+    schema = (
+        '{"fields": [{"field": "op", "optional": false, "type": "string"}], "name": ' + name + ', "type": "struct"}'
+    )
+    key_text = key if key is not None else head[len(b'{"Key":') :].decode()
     key_obj = '{"payload": ' + key_text + ', "schema": {"name": "k", "type": "struct"}}'
-    return ('{"Key":' + key_obj + ',"Value":{"payload": ' + value.decode() + ', "schema": ' + schema + '},"Topic":'
-            + topic.decode()).encode()
+    return (
+        '{"Key":'
+        + key_obj
+        + ',"Value":{"payload": '
+        + value.decode()
+        + ', "schema": '
+        + schema
+        + '},"Topic":'
+        + topic.decode()
+    ).encode()
 
 
 def test_values_with_a_schema_block_take_the_fast_path_and_match() -> None:

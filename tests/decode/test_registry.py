@@ -19,7 +19,8 @@ def test_every_family_module_declares_one_family_in_a_distinct_order():
 
 
 def test_a_new_envelope_is_one_module(tmp_path, monkeypatch):
-    (tmp_path / "shouting.py").write_text(textwrap.dedent('''
+    (tmp_path / "shouting.py").write_text(
+        textwrap.dedent("""
         from crdb_pubsub.decode.envelopes.common import Context, Row
         from crdb_pubsub.decode.envelopes.registry import Family
 
@@ -33,7 +34,8 @@ def test_a_new_envelope_is_one_module(tmp_path, monkeypatch):
             return [row]
 
         FAMILY = Family(order=55, names=("shouting",), claims=_claims, decode=_decode)
-    '''))
+    """)
+    )
     monkeypatch.setattr("crdb_pubsub.decode.envelopes.families.__path__", [*families_path, str(tmp_path)])
     families = registry._discover()
     assert "shouting" in [n for f in families for n in f.names]

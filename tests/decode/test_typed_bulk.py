@@ -46,7 +46,7 @@ def test_typed_values_the_bulk_conversion_must_leave_to_the_general_path() -> No
         '{"ts": "yesterday", "n": 1}',
         '{"a": [1, "x"], "n": 1}',
         '{"n": null}',
-        '{}',
+        "{}",
         '{"extra": 1, "n": 2}',
     ]
     bodies = [wrap("[1]", '{"after": ' + r + ', "before": ' + r + ', "updated": "1.0000000000"}') for r in rows]
@@ -56,7 +56,9 @@ def test_typed_values_the_bulk_conversion_must_leave_to_the_general_path() -> No
     kinds = batch.column("kind").to_pylist()
     assert kinds[0] == kinds[1] == "row" and kinds[2] == "malformed"
     after = batch.column("after").to_pylist()
-    assert str(after[8]["d"]) == "26.30" and after[14]["t"] == 'tab\there "q" é' and after[15]["t"] == '{"nested": [1, 2]}'
+    assert (
+        str(after[8]["d"]) == "26.30" and after[14]["t"] == 'tab\there "q" é' and after[15]["t"] == '{"nested": [1, 2]}'
+    )
     assert after[16]["t"] == "b"
     assert_same(bodies, row_schema=schema, mode="DROPMALFORMED")
     with pytest.raises(MalformedMessageError) as exc:
@@ -73,8 +75,17 @@ def test_typed_random_values_match() -> None:
     for _ in range(400):
         vals = {
             "a": rng.choice([str(rng.randrange(-(2**64), 2**64)), "0", "-0", "null", "1e3", '"7"']),
-            "b": rng.choice([f"{rng.randrange(-10**12, 10**12) / 100:.2f}", "0.5", "-0.001", "10000000000.00",
-                             f"{rng.random():.5f}", "null", "1E+2"]),
+            "b": rng.choice(
+                [
+                    f"{rng.randrange(-(10**12), 10**12) / 100:.2f}",
+                    "0.5",
+                    "-0.001",
+                    "10000000000.00",
+                    f"{rng.random():.5f}",
+                    "null",
+                    "1E+2",
+                ]
+            ),
             "c": rng.choice([repr(rng.uniform(-1e300, 1e300)), "0.1", "-0.0", '"-Infinity"', "5e-324", "1e309"]),
             "d": rng.choice(['"plain"', '"esc\\\\aped"', "12.50", "true", "null", '"\\ud83d\\ude00"']),
             "e": rng.choice([str(rng.randrange(-(2**32), 2**32)), "null"]),
@@ -95,10 +106,23 @@ def test_timestamps_dates_bytes_arrays_and_special_floats_in_bulk(notnull: bool)
     nn = " NOT NULL" if notnull else ""
     schema = f"ts TIMESTAMP{nn}, d DATE, b BINARY, f DOUBLE, a ARRAY<STRING>, s STRING"
     values = {
-        "ts": ['"2019-01-02T03:04:05"', '"2025-05-09T21:20:29.203923Z"', '"2019-01-02 03:04:05.5z"', '"0001-01-01T00:00:00"',
-               '"9999-12-31T23:59:59.999999"', '"2020-02-29T00:00:00"', '"2025-05-09T21:20:29+02:00"',
-               '"2025-05-09T21:20:29.1234560"', '"2025-05-09T21:20:29.1234567"', '"0000-01-01T00:00:00"',
-               '"2019-02-29T00:00:00"', '"2019-01-02T03:04:05\\u005a"', '"yesterday"', "1", "null"],
+        "ts": [
+            '"2019-01-02T03:04:05"',
+            '"2025-05-09T21:20:29.203923Z"',
+            '"2019-01-02 03:04:05.5z"',
+            '"0001-01-01T00:00:00"',
+            '"9999-12-31T23:59:59.999999"',
+            '"2020-02-29T00:00:00"',
+            '"2025-05-09T21:20:29+02:00"',
+            '"2025-05-09T21:20:29.1234560"',
+            '"2025-05-09T21:20:29.1234567"',
+            '"0000-01-01T00:00:00"',
+            '"2019-02-29T00:00:00"',
+            '"2019-01-02T03:04:05\\u005a"',
+            '"yesterday"',
+            "1",
+            "null",
+        ],
         "d": ['"2019-01-02"', '"2020-02-29"', '"2019-02-29"', '"0000-01-01"', '"2019-W01-1"', "17000", '"x"', "null"],
         "b": ['"\\\\x0a1B"', '"\\\\x"', '"\\\\x0"', '"\\\\xzz"', '"0a"', '"\\\\x0a 1b"', "12", "null"],
         "f": ['"NaN"', '"Infinity"', '"-Infinity"', '"nan"', "1e400", "-0.0", "5e-324", "26.30", '"1"', "null"],

@@ -45,7 +45,7 @@ def group_members(pgid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rfind(")") + 2:].split()
+            fields = stat[stat.rfind(")") + 2 :].split()
             if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 pids.append(int(entry.name))
     return pids
@@ -56,7 +56,7 @@ def pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
+    return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 def listening(port: int) -> bool:
@@ -92,7 +92,8 @@ def wait_until(cond, timeout: float) -> bool:
 def assert_fully_gone(pid: int, pgid: int, host_port: str, timeout: float = 10.0) -> None:
     port = int(host_port.rsplit(":", 1)[1])
     assert wait_until(lambda: not group_members(pgid) and not pid_alive(pid), timeout), (
-        f"processes left in group {pgid}: {group_members(pgid)}")
+        f"processes left in group {pgid}: {group_members(pgid)}"
+    )
     assert wait_until(lambda: not listening(port), 5.0), f"something still listens on {port}"
     assert not connectable(host_port)
 
@@ -104,7 +105,8 @@ def round_trip(host_port: str, name: str) -> None:
         publisher.publish(topic, b"hello", k="v").result(timeout=10)
         resp = subscriber.pull(request={"subscription": sub, "max_messages": 10}, timeout=10)
         assert [(m.message.data, dict(m.message.attributes)) for m in resp.received_messages] == [
-            (b"hello", {"k": "v"})]
+            (b"hello", {"k": "v"})
+        ]
         subscriber.acknowledge(request={"subscription": sub, "ack_ids": [resp.received_messages[0].ack_id]})
     finally:
         publisher.stop()
@@ -202,12 +204,20 @@ def test_emulator_that_dies_reports_exit_code_and_log(clean_env, tmp_path):
 def test_startup_timeout_kills_the_whole_group(clean_env, tmp_path):
     # The fake never becomes ready and has a child of its own: both must be gone after the error.
     marker = tmp_path / "pids"
-    clean_env.setenv("CLOUDSDK_ROOT_DIR", str(fake_sdk(tmp_path, f"""
+    clean_env.setenv(
+        "CLOUDSDK_ROOT_DIR",
+        str(
+            fake_sdk(
+                tmp_path,
+                f"""
         sleep 300 &
         echo "$$ $!" > {marker}
         echo "starting slowly"
         wait
-    """)))
+    """,
+            )
+        ),
+    )
     t0 = time.monotonic()
     with pytest.raises(EmulatorStartError, match="did not log") as info:
         start_emulator(backend="sdk", timeout=1.5)
@@ -260,7 +270,11 @@ def test_env_variable_is_used_as_is(clean_env):
         clean_env.setattr(launcher, "_start_docker", must_not_start)
         borrowed = start_emulator()
         assert (borrowed.backend, borrowed.host_port, borrowed.pid, borrowed.container_id) == (
-            "env", host_port, None, None)
+            "env",
+            host_port,
+            None,
+            None,
+        )
         borrowed.stop()
         round_trip(host_port, "env")  # stop() of a borrowed emulator leaves it running
 
@@ -307,8 +321,9 @@ def test_shell_start_env_stop_round_trip(clean_env, tmp_path):
     env.pop("PUBSUB_EMULATOR_HOST", None)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True,
-                              text=True, timeout=90)
+        return subprocess.run(
+            [PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True, text=True, timeout=90
+        )
 
     state_file = tmp_path / "crdb-pubsub" / "emulator.json"
     started = cli("start")
@@ -339,8 +354,9 @@ def test_shell_run_stops_on_ctrl_c(clean_env, tmp_path):
     sdk_or_skip()
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "CRDB_PUBSUB_EMULATOR_BACKEND": "sdk"}
     env.pop("PUBSUB_EMULATOR_HOST", None)
-    proc = subprocess.Popen([PY, "-m", "crdb_pubsub.emulator", "run"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PY, "-m", "crdb_pubsub.emulator", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("export PUBSUB_EMULATOR_HOST="), proc.stderr.read() if proc.poll() else line
@@ -358,13 +374,15 @@ def test_shell_run_stops_on_ctrl_c(clean_env, tmp_path):
 def test_cli_usage_errors_are_one_line_exit_2(tmp_path):
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     for args in (["start", "--port", "0"], ["bogus"], [], ["start", "--backend", "fake"]):
-        r = subprocess.run([PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     for args in (["--help"], ["start", "--help"], ["stop", "--help"], ["env", "--help"], ["run", "--help"]):
-        r = subprocess.run([PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [PY, "-m", "crdb_pubsub.emulator", *args], env=env, capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 0 and "usage:" in r.stdout
 
 

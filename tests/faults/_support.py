@@ -30,7 +30,9 @@ def scaled(ci: int, full: int, env: str | None = None) -> int:
 
 
 def report_path() -> Path:
-    return Path(os.environ.get("CRDB_PUBSUB_FAULT_REPORT") or Path(tempfile.gettempdir()) / "crdb-pubsub-fault-report.jsonl")
+    return Path(
+        os.environ.get("CRDB_PUBSUB_FAULT_REPORT") or Path(tempfile.gettempdir()) / "crdb-pubsub-fault-report.jsonl"
+    )
 
 
 def report(scenario: str, **fields: Any) -> dict:
@@ -207,8 +209,9 @@ class MetricsSampler:
         return max((s.get("buffered", 0) + s.get("inFlight", 0) for s in self.samples), default=0)
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.25, what: str = "condition",
-               query=None) -> None:
+def wait_until(
+    cond: Callable[[], bool], timeout: float, interval: float = 0.25, what: str = "condition", query=None
+) -> None:
     """Poll ``cond`` until true. With ``query``, fail at once with the query's own error when it
     died; always name what was awaited when the time is up."""
     from conftest import wait_for
@@ -259,14 +262,17 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def publish_many(host: str, topic: str, bodies: Iterable[bytes], *, attributes: dict | None = None,
-                 window: int = 20_000) -> list[str]:
+def publish_many(
+    host: str, topic: str, bodies: Iterable[bytes], *, attributes: dict | None = None, window: int = 20_000
+) -> list[str]:
     """Publish with a bounded number of outstanding futures (for large counts); ids in order."""
     from google.cloud.pubsub_v1.types import BatchSettings
 
     from crdb_pubsub.emulator import publisher_client
 
-    publisher = publisher_client(host, batch_settings=BatchSettings(max_messages=1000, max_bytes=9_000_000, max_latency=0.02))
+    publisher = publisher_client(
+        host, batch_settings=BatchSettings(max_messages=1000, max_bytes=9_000_000, max_latency=0.02)
+    )
     ids: list[str] = []
     pending = collections.deque()
     try:
@@ -286,8 +292,9 @@ def publish_many(host: str, topic: str, bodies: Iterable[bytes], *, attributes: 
 # ------------------------------------------------------------------------- dead-letter policy
 
 
-def dead_letter_subscription(host: str, project: str, stem: str, *, ack_deadline: int, max_attempts: int = 5
-                             ) -> tuple[str, str, str]:
+def dead_letter_subscription(
+    host: str, project: str, stem: str, *, ack_deadline: int, max_attempts: int = 5
+) -> tuple[str, str, str]:
     """A topic and subscription whose messages go to a dead-letter topic after ``max_attempts``
     deliveries (Pub/Sub's minimum is 5), and a subscription on that dead-letter topic.
 
@@ -297,17 +304,22 @@ def dead_letter_subscription(host: str, project: str, stem: str, *, ack_deadline
     """
     from crdb_pubsub.emulator import create_topic_and_subscription, pubsub_clients
 
-    dead_topic, dead_sub = create_topic_and_subscription(host, project, f"{stem}-dead", f"{stem}-dead-sub",
-                                                         ack_deadline_seconds=10)
+    dead_topic, dead_sub = create_topic_and_subscription(
+        host, project, f"{stem}-dead", f"{stem}-dead-sub", ack_deadline_seconds=10
+    )
     publisher, subscriber = pubsub_clients(host)
     try:
         topic = publisher.topic_path(project, stem)
         sub = subscriber.subscription_path(project, f"{stem}-sub")
         publisher.create_topic(request={"name": topic})
-        subscriber.create_subscription(request={
-            "name": sub, "topic": topic, "ack_deadline_seconds": ack_deadline,
-            "dead_letter_policy": {"dead_letter_topic": dead_topic, "max_delivery_attempts": max_attempts},
-        })
+        subscriber.create_subscription(
+            request={
+                "name": sub,
+                "topic": topic,
+                "ack_deadline_seconds": ack_deadline,
+                "dead_letter_policy": {"dead_letter_topic": dead_topic, "max_delivery_attempts": max_attempts},
+            }
+        )
     finally:
         publisher.transport.close()
         subscriber.close()

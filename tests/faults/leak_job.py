@@ -27,11 +27,19 @@ def main() -> int:
 
     import crdb_pubsub
 
-    spark = (SparkSession.builder.master("local[1]").appName("crdb-pubsub-leak-job")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("crdb-pubsub-leak-job")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("INFO")
     crdb_pubsub.register(spark)
-    r = spark.readStream.format("crdb_pubsub").option("subscription", args.subscription).option("ackDeadlineSeconds", "10")
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", args.subscription)
+        .option("ackDeadlineSeconds", "10")
+    )
     if args.credentials_json_file:
         with open(args.credentials_json_file) as fh:
             r = r.option("credentialsJson", fh.read())

@@ -40,11 +40,19 @@ def test_acknowledgements_that_never_land(spark, emulator_host, make_subscriptio
     sink = BatchFileSink(tmp_path / "sink", before=cut_when_done)
 
     def run(host_port: str) -> float:
-        q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host_port)
-             .option("stateDir", str(tmp_path / "state")).option("ackDeadlineSeconds", "5")
-             .option("maxMessagesPerTrigger", "500").load()
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
-             .trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("crdb_pubsub")
+            .option("subscription", sub)
+            .option("emulatorHost", host_port)
+            .option("stateDir", str(tmp_path / "state"))
+            .option("ackDeadlineSeconds", "5")
+            .option("maxMessagesPerTrigger", "500")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
         t0 = time.monotonic()
         ended = q.awaitTermination(240)
         if not ended:
@@ -61,7 +69,14 @@ def test_acknowledgements_that_never_land(spark, emulator_host, make_subscriptio
     lost, duplicated, unexpected = tally(ids, sink.ids())
     time.sleep(6)
     left = pull_ids(emulator_host, sub, timeout=2.0)
-    report("acks-never-land-stateDir", published=len(ids), lost=lost, duplicated=duplicated,
-           first_run_seconds=round(first, 1), second_run_seconds=round(second, 1), left_on_subscription=len(left))
+    report(
+        "acks-never-land-stateDir",
+        published=len(ids),
+        lost=lost,
+        duplicated=duplicated,
+        first_run_seconds=round(first, 1),
+        second_run_seconds=round(second, 1),
+        left_on_subscription=len(left),
+    )
     assert not unexpected and lost == 0 and duplicated == 0
     assert left == [], f"{len(left)} messages still on the subscription after the second run"

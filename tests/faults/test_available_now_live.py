@@ -39,12 +39,23 @@ def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path, rec
             time.sleep(0.1)  # ~500 msg/s, well below what the run drains
 
     def run() -> tuple[float, dict]:
-        q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-             .option("stateDir", str(tmp_path / "state")).option("ackDeadlineSeconds", "10")
-             .option("maxMessagesPerTrigger", "1000").option("maxOutstandingMessages", "5000")
-             .option("receiver", receiver).option("numPartitions", "2").load()
-             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("crdb_pubsub")
+            .option("subscription", sub)
+            .option("emulatorHost", emulator_host)
+            .option("stateDir", str(tmp_path / "state"))
+            .option("ackDeadlineSeconds", "10")
+            .option("maxMessagesPerTrigger", "1000")
+            .option("maxOutstandingMessages", "5000")
+            .option("receiver", receiver)
+            .option("numPartitions", "2")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
         t0 = time.monotonic()
         ended = q.awaitTermination(300)
         took = time.monotonic() - t0
@@ -72,10 +83,20 @@ def test_available_now_on_a_live_topic(spark, emulator_host, tmp_path: Path, rec
     lost, duplicated, unexpected = tally(everything, got)
     time.sleep(11)
     dead = pull_ids(emulator_host, dead_sub, timeout=2.0)
-    report(f"available-now-live-topic-{receiver}", published=len(everything), backlog=backlog, live=len(live), lost=lost,
-           duplicated=duplicated, first_run_seconds=round(first_seconds, 1), first_run_read=len(got_first),
-           backlog_missed_by_first_run=len(set(published) - got_first), handed_back=first.get("handedBack"),
-           second_run_seconds=round(second_seconds, 1), dead_lettered=len(dead))
+    report(
+        f"available-now-live-topic-{receiver}",
+        published=len(everything),
+        backlog=backlog,
+        live=len(live),
+        lost=lost,
+        duplicated=duplicated,
+        first_run_seconds=round(first_seconds, 1),
+        first_run_read=len(got_first),
+        backlog_missed_by_first_run=len(set(published) - got_first),
+        handed_back=first.get("handedBack"),
+        second_run_seconds=round(second_seconds, 1),
+        dead_lettered=len(dead),
+    )
     assert set(published) <= got_first, "the first run ended before reading the backlog published before it"
     assert not unexpected and lost == 0 and duplicated == 0
     assert dead == [], f"{len(dead)} messages reached the dead-letter topic"

@@ -29,28 +29,48 @@ def test_available_now_reads_an_ordered_subscription_completely(spark, emulator_
     from crdb_pubsub.emulator import create_topic_and_subscription, publisher_client
 
     keys, per_key = scaled(20, 100), scaled(30, 100)
-    topic, sub = create_topic_and_subscription(emulator_host, PROJECT, f"topic-ordered-{receiver}",
-                                               f"sub-ordered-{receiver}", ack_deadline_seconds=10,
-                                               enable_message_ordering=True)
-    publisher = publisher_client(emulator_host, publisher_options=PublisherOptions(enable_message_ordering=True),
-                                 batch_settings=BatchSettings(max_messages=500, max_latency=0.01))
+    topic, sub = create_topic_and_subscription(
+        emulator_host,
+        PROJECT,
+        f"topic-ordered-{receiver}",
+        f"sub-ordered-{receiver}",
+        ack_deadline_seconds=10,
+        enable_message_ordering=True,
+    )
+    publisher = publisher_client(
+        emulator_host,
+        publisher_options=PublisherOptions(enable_message_ordering=True),
+        batch_settings=BatchSettings(max_messages=500, max_latency=0.01),
+    )
     position: dict[str, tuple[int, int]] = {}
     try:
         for i in range(per_key):
-            futures = [(k, publisher.publish(topic, row_body(k * 100_000 + i), ordering_key=f"key-{k}"))
-                       for k in range(keys)]
+            futures = [
+                (k, publisher.publish(topic, row_body(k * 100_000 + i), ordering_key=f"key-{k}")) for k in range(keys)
+            ]
             for k, f in futures:
                 position[f.result(timeout=60)] = (k, i)
     finally:
         publisher.stop()
         publisher.transport.close()
     sink = BatchFileSink(tmp_path / "sink")
-    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-         .option("ackDeadlineSeconds", "10").option("stateDir", str(tmp_path / "state")).option("receiver", receiver))
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", emulator_host)
+        .option("ackDeadlineSeconds", "10")
+        .option("stateDir", str(tmp_path / "state"))
+        .option("receiver", receiver)
+    )
     if receiver == "executors":
         r = r.option("numPartitions", "2")
-    q = r.load().writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")) \
-        .trigger(availableNow=True).start()
+    q = (
+        r.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     t0 = time.monotonic()
     ended = q.awaitTermination(600)
     if not ended:
@@ -66,8 +86,16 @@ def test_available_now_reads_an_ordered_subscription_completely(spark, emulator_
         k, i = position[m]
         out_of_order += i < last.get(k, -1)
         last[k] = i
-    report(f"available-now-ordered-{receiver}", published=len(position), keys=keys, lost=lost, duplicated=duplicated,
-           out_of_order=out_of_order, batches=len([c for c in sink.calls if c[1]]), seconds=round(took, 1))
+    report(
+        f"available-now-ordered-{receiver}",
+        published=len(position),
+        keys=keys,
+        lost=lost,
+        duplicated=duplicated,
+        out_of_order=out_of_order,
+        batches=len([c for c in sink.calls if c[1]]),
+        seconds=round(took, 1),
+    )
     assert not unexpected
     assert (lost, duplicated) == (0, 0), f"the run read {len(position) - lost} of {len(position)}"
     assert out_of_order == 0

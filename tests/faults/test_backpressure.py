@@ -43,7 +43,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host, make_subscription, tmp_path: Path, case):
+def test_fast_publisher_slow_sink_stays_within_flow_control(
+    spark, emulator_host, make_subscription, tmp_path: Path, case
+):
     max_msgs, max_bytes, pad, n = CASES[case]
     topic, sub, dead_sub = dead_letter_subscription(emulator_host, PROJECT, f"backpressure-{case}", ack_deadline=10)
     published: list[str] = []
@@ -55,7 +57,11 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host
         t0 = time.monotonic()
         try:
             for start in range(0, n, 500):
-                published.extend(publish_many(emulator_host, topic, (row_body(i, pad=pad) for i in range(start, min(n, start + 500)))))
+                published.extend(
+                    publish_many(
+                        emulator_host, topic, (row_body(i, pad=pad) for i in range(start, min(n, start + 500)))
+                    )
+                )
         except BaseException as exc:  # noqa: BLE001
             pub_error.append(exc)
         finally:
@@ -63,10 +69,19 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host
             pub_done.set()
 
     sink = BatchFileSink(tmp_path / "sink", before=lambda bid, ids: time.sleep(0.3) if ids else None)
-    q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-         .option("maxOutstandingMessages", str(max_msgs)).option("maxOutstandingBytes", str(max_bytes))
-         .option("maxMessagesPerTrigger", "100").option("ackDeadlineSeconds", "10").load()
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+    q = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", emulator_host)
+        .option("maxOutstandingMessages", str(max_msgs))
+        .option("maxOutstandingBytes", str(max_bytes))
+        .option("maxMessagesPerTrigger", "100")
+        .option("ackDeadlineSeconds", "10")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
     t0 = time.monotonic()
     try:
         with MetricsSampler(q, interval=0.2) as sampler:
@@ -83,11 +98,20 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(spark, emulator_host
     lost, duplicated, unexpected = tally(published, sink.ids())
     dead = pull_ids(emulator_host, dead_sub, timeout=2.0)
     report(
-        f"backpressure-{case}", published=len(published), lost=lost, duplicated=duplicated,
-        maxOutstandingMessages=max_msgs, maxOutstandingBytes=max_bytes, max_held=max_held,
-        max_held_bytes=max_held_bytes, samples=len(sampler.samples), publish_seconds=round(pub_seconds[0], 1),
-        drain_seconds=round(elapsed, 1), max_buffered=sampler.max_of("buffered"),
-        handed_back=sampler.max_of("handedBack"), dead_lettered=len(dead),
+        f"backpressure-{case}",
+        published=len(published),
+        lost=lost,
+        duplicated=duplicated,
+        maxOutstandingMessages=max_msgs,
+        maxOutstandingBytes=max_bytes,
+        max_held=max_held,
+        max_held_bytes=max_held_bytes,
+        samples=len(sampler.samples),
+        publish_seconds=round(pub_seconds[0], 1),
+        drain_seconds=round(elapsed, 1),
+        max_buffered=sampler.max_of("buffered"),
+        handed_back=sampler.max_of("handedBack"),
+        dead_lettered=len(dead),
     )
     assert len(sampler.samples) >= 10, "too few progress samples to judge flow control"
     assert not unexpected and lost == 0 and duplicated == 0

@@ -33,8 +33,19 @@ ACK_DEADLINE = 5
 SEED = int(os.environ.get("CRDB_PUBSUB_FAULT_SEED", "20240606"))
 
 
-def _kill_rounds(host: str, topic: str, sub: str, tmp: Path, log: Path, rounds: int, per_round: int,
-                 rng: random.Random, *, state: bool | str, **job: object) -> tuple[list[str], list[str]]:
+def _kill_rounds(
+    host: str,
+    topic: str,
+    sub: str,
+    tmp: Path,
+    log: Path,
+    rounds: int,
+    per_round: int,
+    rng: random.Random,
+    *,
+    state: bool | str,
+    **job: object,
+) -> tuple[list[str], list[str]]:
     """``rounds`` times: publish ``per_round`` messages, start the job, SIGKILL it at a point of a
     shuffled mix of pull/plan/ack; (every id published, where each kill landed)."""
     modes = (["pull", "plan", "ack"] * ((rounds + 2) // 3))[:rounds]
@@ -61,8 +72,9 @@ def _final_drain(host: str, sub: str, tmp: Path, log: Path, *, state: bool | str
     return sink_column(tmp / "out")["message_id"].to_pylist()
 
 
-def _start(host: str, sub: str, tmp: Path, log: Path, *, state: bool | str, available_now: bool,
-           **job: object) -> subprocess.Popen:
+def _start(
+    host: str, sub: str, tmp: Path, log: Path, *, state: bool | str, available_now: bool, **job: object
+) -> subprocess.Popen:
     cmd = job_command(host, sub, tmp, state=state, available_now=available_now, ack_deadline=ACK_DEADLINE, **job)
     with open(log, "ab") as fh:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
@@ -132,8 +144,13 @@ def test_driver_sigkill_at_random_points(request, emulator_host, make_subscripti
     lost, duplicated, unexpected = tally(published, got)
     report(
         "driver-sigkill" + ("-stateDir-gs" if isinstance(state, str) else "-stateDir" if state else "-no-stateDir"),
-        published=len(published), lost=lost, duplicated=duplicated, kills=len(kills), kill_points=kills,
-        sink_rows=len(got), seed=SEED,
+        published=len(published),
+        lost=lost,
+        duplicated=duplicated,
+        kills=len(kills),
+        kill_points=kills,
+        sink_rows=len(got),
+        seed=SEED,
     )
     assert not unexpected
     assert lost == 0, f"{lost} messages lost after kills at {kills}"
@@ -153,14 +170,23 @@ def test_executors_receiver_driver_sigkill(request, emulator_host, make_subscrip
 
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     log = tmp_path / "job.log"
-    published, kills = _kill_rounds(emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=state,
-                                    **job)
+    published, kills = _kill_rounds(
+        emulator_host, topic, sub, tmp_path, log, rounds, per_round, rng, state=state, **job
+    )
 
     time.sleep(ACK_DEADLINE + 2)
     got = _final_drain(emulator_host, sub, tmp_path, log, state=state, **job)
     lost, duplicated, unexpected = tally(published, got)
-    report(f"driver-sigkill-executors-{partitions}" + ("-gs" if storage == "gcs" else ""), published=len(published), lost=lost, duplicated=duplicated,
-           kills=len(kills), kill_points=kills, sink_rows=len(got), seed=SEED)
+    report(
+        f"driver-sigkill-executors-{partitions}" + ("-gs" if storage == "gcs" else ""),
+        published=len(published),
+        lost=lost,
+        duplicated=duplicated,
+        kills=len(kills),
+        kill_points=kills,
+        sink_rows=len(got),
+        seed=SEED,
+    )
     assert not unexpected
     assert lost == 0, f"{lost} messages lost after kills at {kills}"
     assert duplicated == 0, f"{duplicated} duplicates after kills at {kills}"

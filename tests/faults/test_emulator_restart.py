@@ -56,15 +56,28 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
     proxy = TcpProxy(("127.0.0.1", port))
     topic, sub = _setup(emu.host_port)
     sink = BatchFileSink(tmp_path / "sink", before=lambda bid, ids: time.sleep(0.3) if ids else None)
-    q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", proxy.host_port)
-         .option("ackDeadlineSeconds", "10").option("maxMessagesPerTrigger", "200").load()
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+    q = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", proxy.host_port)
+        .option("ackDeadlineSeconds", "10")
+        .option("maxMessagesPerTrigger", "200")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
     try:
         with MetricsSampler(q, interval=0.2) as sampler:
             first = publish_many(emu.host_port, topic, (row_body(i) for i in range(n)))
             # Kill once the receiver holds all of A and the sink is still working through it.
-            wait_until(lambda: sampler.last().get("received", 0) >= n and len(sink.ids()) > 0, 120, 0.1,
-                       what="the receiver to hold the first half", query=q)
+            wait_until(
+                lambda: sampler.last().get("received", 0) >= n and len(sink.ids()) > 0,
+                120,
+                0.1,
+                what="the receiver to hold the first half",
+                query=q,
+            )
             in_sink_at_kill = len(sink.ids())
             proxy.cut()
             os.killpg(emu.pgid, signal.SIGKILL)
@@ -80,7 +93,9 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
             second = publish_many(emu.host_port, topic, (row_body(i) for i in range(n, 2 * n)))
             published = first + second
             wait_until(lambda: set(published) <= set(sink.ids()), 300, 0.5, what="every message in the sink", query=q)
-            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q)
+            wait_until(
+                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
+            )
             assert q.isActive and q.exception() is None
     finally:
         q.stop()
@@ -89,10 +104,19 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
     got = sink.ids()
     lost, duplicated, unexpected = tally(published, got)
     errors = sampler.max_of("pullErrors")
-    report("emulator-restart", published=len(published), lost=lost, duplicated=duplicated, before_kill=len(first),
-           after_restart=len(second), in_sink_at_kill=in_sink_at_kill, outage_seconds=round(outage, 1),
-           pull_errors=errors, max_unavailable_seconds=sampler.max_of("unavailableForSeconds"),
-           query_restarts=0)
+    report(
+        "emulator-restart",
+        published=len(published),
+        lost=lost,
+        duplicated=duplicated,
+        before_kill=len(first),
+        after_restart=len(second),
+        in_sink_at_kill=in_sink_at_kill,
+        outage_seconds=round(outage, 1),
+        pull_errors=errors,
+        max_unavailable_seconds=sampler.max_of("unavailableForSeconds"),
+        query_restarts=0,
+    )
     assert in_sink_at_kill < n, "the sink had finished the first half before the kill: no work was in flight"
     assert not unexpected and lost == 0 and duplicated == 0
     assert errors > 0, "the receiver never noticed the outage"

@@ -88,14 +88,27 @@ def _publish(host: str, topic: str, flood) -> tuple[list[str], set[str], set[str
 
 
 def _reader(spark, host: str, sub: str, mode: str):
-    return (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
-            .option("mode", mode).option("ackDeadlineSeconds", str(ACK_DEADLINE)).option("maxMessagesPerTrigger", "2500")
-            .load().select("message_id", "kind", "error"))
+    return (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", host)
+        .option("mode", mode)
+        .option("ackDeadlineSeconds", str(ACK_DEADLINE))
+        .option("maxMessagesPerTrigger", "2500")
+        .load()
+        .select("message_id", "kind", "error")
+    )
 
 
 def _drain_available_now(spark, host, sub, mode, out: Path, chk: Path):
-    q = (_reader(spark, host, sub, mode).writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
+    q = (
+        _reader(spark, host, sub, mode)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(600), "AvailableNow run did not finish"
     assert q.exception() is None, q.exception()
     return q
@@ -110,44 +123,80 @@ def test_permissive_keeps_everything_with_the_right_kinds(spark, emulator_host, 
     kinds = dict(zip(t["message_id"].to_pylist(), t["kind"].to_pylist()))
     lost, duplicated, unexpected = tally(ids, t["message_id"].to_pylist())
     wrong = [m for m in ids if kinds.get(m) != ("malformed" if m in bad_ids else "row")]
-    report("malformed-flood-PERMISSIVE", published=len(ids), hostile=len(bad_ids), lost=lost, duplicated=duplicated,
-           wrong_kind=len(wrong), malformed_rows=sum(1 for k in kinds.values() if k == "malformed"),
-           seconds=round(time.monotonic() - t0, 1))
+    report(
+        "malformed-flood-PERMISSIVE",
+        published=len(ids),
+        hostile=len(bad_ids),
+        lost=lost,
+        duplicated=duplicated,
+        wrong_kind=len(wrong),
+        malformed_rows=sum(1 for k in kinds.values() if k == "malformed"),
+        seconds=round(time.monotonic() - t0, 1),
+    )
     assert not unexpected and lost == 0 and duplicated == 0
     assert not wrong, f"{len(wrong)} messages with the wrong kind, e.g. {wrong[:3]}"
 
 
-def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(spark, emulator_host, make_subscription, tmp_path, flood):
+def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(
+    spark, emulator_host, make_subscription, tmp_path, flood
+):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids, bad_ids, good_ids = _publish(emulator_host, topic, flood)
     t0 = time.monotonic()
-    q = (_reader(spark, emulator_host, sub, "DROPMALFORMED").writeStream.format("parquet")
-         .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "chk")).start())
+    q = (
+        _reader(spark, emulator_host, sub, "DROPMALFORMED")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(lambda: sampler.last().get("ackConfirmed", 0) >= len(ids), 600,
-                       what="every message acknowledged", query=q)
+            wait_until(
+                lambda: sampler.last().get("ackConfirmed", 0) >= len(ids),
+                600,
+                what="every message acknowledged",
+                query=q,
+            )
             # The malformed count is taken beside the stream, after the commit: let it catch up.
-            wait_until(lambda: sampler.last().get("malformed", 0) >= len(bad_ids), 60,
-                       what="the malformed metric to count every hostile message", query=q)
+            wait_until(
+                lambda: sampler.last().get("malformed", 0) >= len(bad_ids),
+                60,
+                what="the malformed metric to count every hostile message",
+                query=q,
+            )
     finally:
         q.stop()
     last = sampler.last()
     got = sink_column(tmp_path / "out")["message_id"].to_pylist()
     lost, duplicated, unexpected = tally(good_ids, got)
-    report("malformed-flood-DROPMALFORMED", published=len(ids), hostile=len(bad_ids), lost=lost, duplicated=duplicated,
-           written=len(got), malformed_metric=last.get("malformed"), seconds=round(time.monotonic() - t0, 1))
+    report(
+        "malformed-flood-DROPMALFORMED",
+        published=len(ids),
+        hostile=len(bad_ids),
+        lost=lost,
+        duplicated=duplicated,
+        written=len(got),
+        malformed_metric=last.get("malformed"),
+        seconds=round(time.monotonic() - t0, 1),
+    )
     assert not (set(got) & bad_ids), "a hostile message reached the sink"
     assert not unexpected and lost == 0 and duplicated == 0
     assert last["malformed"] == len(bad_ids)
 
 
-def test_failfast_names_the_bad_message_and_acknowledges_nothing_of_its_batch(spark, emulator_host, make_subscription,
-                                                                               tmp_path, flood):
+def test_failfast_names_the_bad_message_and_acknowledges_nothing_of_its_batch(
+    spark, emulator_host, make_subscription, tmp_path, flood
+):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids, bad_ids, _good_ids = _publish(emulator_host, topic, flood)
-    q = (_reader(spark, emulator_host, sub, "FAILFAST").writeStream.format("parquet")
-         .option("path", str(tmp_path / "ff")).option("checkpointLocation", str(tmp_path / "chk-ff")).start())
+    q = (
+        _reader(spark, emulator_host, sub, "FAILFAST")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "ff"))
+        .option("checkpointLocation", str(tmp_path / "chk-ff"))
+        .start()
+    )
     with pytest.raises(Exception) as info:
         q.awaitTermination(300)
     text = str(info.value)
@@ -164,7 +213,15 @@ def test_failfast_names_the_bad_message_and_acknowledges_nothing_of_its_batch(sp
     _drain_available_now(spark, emulator_host, sub, "PERMISSIVE", tmp_path / "after", tmp_path / "chk-after")
     after = sink_column(tmp_path / "after")["message_id"].to_pylist()
     lost, duplicated, unexpected = tally(ids, committed + after)
-    report("malformed-flood-FAILFAST", published=len(ids), hostile=len(bad_ids), lost=lost, duplicated=duplicated,
-           committed_before_failure=len(committed), seen_by_permissive_rerun=len(after), named=named)
+    report(
+        "malformed-flood-FAILFAST",
+        published=len(ids),
+        hostile=len(bad_ids),
+        lost=lost,
+        duplicated=duplicated,
+        committed_before_failure=len(committed),
+        seen_by_permissive_rerun=len(after),
+        named=named,
+    )
     assert named in set(after), "the message FAILFAST stopped on was acknowledged"
     assert not unexpected and lost == 0 and duplicated == 0

@@ -30,14 +30,21 @@ def test_outage_longer_than_the_ack_deadline(spark, emulator_host, tmp_path: Pat
     from crdb_pubsub.emulator import create_topic_and_subscription
 
     n = scaled(3000, 30_000)
-    topic, sub = create_topic_and_subscription(emulator_host, PROJECT, f"topic-hiccup-{receiver}",
-                                               f"sub-hiccup-{receiver}", ack_deadline_seconds=DEADLINE)
+    topic, sub = create_topic_and_subscription(
+        emulator_host, PROJECT, f"topic-hiccup-{receiver}", f"sub-hiccup-{receiver}", ack_deadline_seconds=DEADLINE
+    )
     host, port = emulator_host.rsplit(":", 1)
     proxy = TcpProxy((host, int(port)))
     sink = BatchFileSink(tmp_path / "sink", before=lambda bid, ids: time.sleep(0.5) if ids else None)
-    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", proxy.host_port)
-         .option("ackDeadlineSeconds", str(DEADLINE)).option("maxMessagesPerTrigger", "300")
-         .option("stateDir", str(tmp_path / "state")).option("receiver", receiver))
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", proxy.host_port)
+        .option("ackDeadlineSeconds", str(DEADLINE))
+        .option("maxMessagesPerTrigger", "300")
+        .option("stateDir", str(tmp_path / "state"))
+        .option("receiver", receiver)
+    )
     if receiver == "executors":
         r = r.option("numPartitions", "2")
     q = r.load().writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start()
@@ -51,15 +58,25 @@ def test_outage_longer_than_the_ack_deadline(spark, emulator_host, tmp_path: Pat
             proxy.resume()
             assert q.isActive and q.exception() is None, f"the query died during the outage: {q.exception()}"
             wait_until(lambda: set(ids) <= set(sink.ids()), 300, 0.5, what="every message in the sink", query=q)
-            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged",
-                       query=q)
+            wait_until(
+                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
+            )
     finally:
         q.stop()
         proxy.close()
     lost, duplicated, unexpected = tally(ids, sink.ids())
     last = sampler.last()
-    report(f"outage-{receiver}", published=n, lost=lost, duplicated=duplicated, in_sink_at_cut=in_sink_at_cut,
-           outage_seconds=OUTAGE_SECONDS, ack_deadline=DEADLINE, pull_errors=sampler.max_of("pullErrors"),
-           redeliveries_dropped=last.get("redeliveriesDropped"), ack_failed=last.get("ackFailed"))
+    report(
+        f"outage-{receiver}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        in_sink_at_cut=in_sink_at_cut,
+        outage_seconds=OUTAGE_SECONDS,
+        ack_deadline=DEADLINE,
+        pull_errors=sampler.max_of("pullErrors"),
+        redeliveries_dropped=last.get("redeliveriesDropped"),
+        ack_failed=last.get("ackFailed"),
+    )
     assert in_sink_at_cut < n, "the sink had everything before the outage: nothing was in flight"
     assert not unexpected and lost == 0 and duplicated == 0

@@ -33,10 +33,18 @@ def test_query_restarted_at_once_with_state_dir(spark, emulator_host, make_subsc
 
     def start():
         proxies.append(TcpProxy((host, int(port))))
-        return (spark.readStream.format("crdb_pubsub").option("subscription", sub)
-                .option("emulatorHost", proxies[-1].host_port).option("stateDir", str(tmp_path / "state"))
-                .option("ackDeadlineSeconds", "10").option("maxMessagesPerTrigger", "200").load()
-                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+        return (
+            spark.readStream.format("crdb_pubsub")
+            .option("subscription", sub)
+            .option("emulatorHost", proxies[-1].host_port)
+            .option("stateDir", str(tmp_path / "state"))
+            .option("ackDeadlineSeconds", "10")
+            .option("maxMessagesPerTrigger", "200")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     restarts = 2
     try:
@@ -57,8 +65,14 @@ def test_query_restarted_at_once_with_state_dir(spark, emulator_host, make_subsc
         for p in proxies:
             p.close()
     lost, duplicated, unexpected = tally(ids, sink.ids())
-    report("restart-at-once-stateDir", published=len(ids), lost=lost, duplicated=duplicated, restarts=restarts,
-           seconds_after_last_restart=round(took, 1))
+    report(
+        "restart-at-once-stateDir",
+        published=len(ids),
+        lost=lost,
+        duplicated=duplicated,
+        restarts=restarts,
+        seconds_after_last_restart=round(took, 1),
+    )
     assert not unexpected and lost == 0 and duplicated == 0
 
 
@@ -80,9 +94,19 @@ def test_two_drivers_racing_for_one_gs_state_dir(request, emulator_host, make_su
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         with open(tmp_path / name / "job.log", "wb") as log:  # the child keeps its own descriptor
-            procs.append((name, subprocess.Popen(
-                job_command(emulator_host, sub, tmp_path / name, state=url, available_now=True, ack_deadline=10),
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
+            procs.append(
+                (
+                    name,
+                    subprocess.Popen(
+                        job_command(
+                            emulator_host, sub, tmp_path / name, state=url, available_now=True, ack_deadline=10
+                        ),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    ),
+                )
+            )
     codes = {}
     for name, proc in procs:
         try:
@@ -94,11 +118,18 @@ def test_two_drivers_racing_for_one_gs_state_dir(request, emulator_host, make_su
     assert len(winners) == 1, f"exit codes {codes}"
     loser = "b" if winners == ["a"] else "a"
     said = (tmp_path / loser / "job.log").read_text(errors="replace")
-    assert url in said and ("in use by another running query" in said or "belongs to another query" in said), \
-        said[-3000:]
+    assert url in said and ("in use by another running query" in said or "belongs to another query" in said), said[
+        -3000:
+    ]
     got = sink_column(tmp_path / winners[0] / "out")["message_id"].to_pylist()
     lost, duplicated, unexpected = tally(ids, got)
-    report("two-drivers-one-gs-state-dir", published=n, lost=lost, duplicated=duplicated, winner=winners[0],
-           exit_codes=codes)
+    report(
+        "two-drivers-one-gs-state-dir",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        winner=winners[0],
+        exit_codes=codes,
+    )
     assert not unexpected and lost == 0 and duplicated == 0
     assert not sink_column(tmp_path / loser / "out").num_rows, "the refused query wrote to its sink"

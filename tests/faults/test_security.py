@@ -29,8 +29,9 @@ def _throwaway_key(tmp_path: Path) -> tuple[dict, Path, list[str]]:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     key_id = uuid.uuid4().hex
     info = {
         "type": "service_account",
@@ -139,17 +140,30 @@ def test_receiver_start_failure_with_real_key_hides_it(tmp_path, monkeypatch, ca
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("how, receiver", [("credentialsJson", "driver"), ("credentialsFile", "driver"),
-                                           ("credentialsJson", "executors")])
+@pytest.mark.parametrize(
+    "how, receiver", [("credentialsJson", "driver"), ("credentialsFile", "driver"), ("credentialsJson", "executors")]
+)
 def test_spark_driver_output_and_plans_hide_credentials(tmp_path, how, receiver):
     """A real Spark driver (own process, INFO logs): plan strings, the failed query's exception
     and everything on its stdout/stderr are free of key material."""
     _info, path, needles = _throwaway_key(tmp_path)
     job = Path(__file__).with_name("leak_job.py")
-    cmd = [sys.executable, str(job), "--subscription", SUB, "--checkpoint", str(tmp_path / "chk"),
-           "--receiver", receiver]
+    cmd = [
+        sys.executable,
+        str(job),
+        "--subscription",
+        SUB,
+        "--checkpoint",
+        str(tmp_path / "chk"),
+        "--receiver",
+        receiver,
+    ]
     cmd += ["--credentials-json-file", str(path)] if how == "credentialsJson" else ["--credentials-file", str(path)]
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")
+    }
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     text = out.stdout + out.stderr
     assert "PLAN" in out.stdout and "QUERY FAILED" in out.stdout, text[-3000:]
@@ -167,17 +181,36 @@ def test_serialised_tasks_carry_credentials_only_when_tasks_pull(tmp_path, recei
     from crdb_pubsub.source.executors.orders import SliceOrder
 
     info, _, needles = _throwaway_key(tmp_path)
-    opts = parse_options({"subscription": SUB, "credentialsJson": json.dumps(info), "receiver": receiver,
-                          "stateDir": str(tmp_path / "state")})
+    opts = parse_options(
+        {
+            "subscription": SUB,
+            "credentialsJson": json.dumps(info),
+            "receiver": receiver,
+            "stateDir": str(tmp_path / "state"),
+        }
+    )
     reader = CrdbPubSubStreamReader(opts, None)  # type: ignore[arg-type]
     shipped = cloudpickle.loads(cloudpickle.dumps(reader))
     carries = shipped._options.credential_kwargs()["credentials_json"] is not None
     assert carries == (receiver == "executors")
-    order = SliceOrder(batch_id=1, index=0, parts=1, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20,
-                       seconds=1.0, deadlines={SUB: 10}, lease_seconds=10)
+    order = SliceOrder(
+        batch_id=1,
+        index=0,
+        parts=1,
+        subscriptions=(SUB,),
+        max_messages=10,
+        max_bytes=1 << 20,
+        seconds=1.0,
+        deadlines={SUB: 10},
+        lease_seconds=10,
+    )
     part = SlicePartition(1, 0, order, None)
-    for what, text in [("options", repr(shipped._options) + str(shipped._options)), ("partition", repr(part)),
-                       ("order", repr(order)), ("pickled order", repr(cloudpickle.dumps(part)))]:
+    for what, text in [
+        ("options", repr(shipped._options) + str(shipped._options)),
+        ("partition", repr(part)),
+        ("order", repr(order)),
+        ("pickled order", repr(cloudpickle.dumps(part))),
+    ]:
         _assert_clean(text, needles, what)
 
 

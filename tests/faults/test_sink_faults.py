@@ -52,8 +52,12 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     t0 = time.monotonic()
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(lambda: sampler.last().get("ackConfirmed", 0) >= len(ids), 60 + slow_batches * sleep_s * 3,
-                       what="every message acknowledged", query=q)
+            wait_until(
+                lambda: sampler.last().get("ackConfirmed", 0) >= len(ids),
+                60 + slow_batches * sleep_s * 3,
+                what="every message acknowledged",
+                query=q,
+            )
             time.sleep(1)
     finally:
         q.stop()
@@ -63,10 +67,18 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     time.sleep(deadline + 1)
     left = pull_ids(emulator_host, sub, timeout=1.5)
     report(
-        "slow-sink", published=len(ids), lost=lost, duplicated=duplicated, slow_batches=len(slow_seen),
-        sink_seconds_per_batch=sleep_s, ack_deadline=deadline, leases_extended=last.get("leasesExtended"),
-        redelivered_while_held=last.get("redeliveredWhileHeld"), leases_expired=last.get("leasesExpired"),
-        left_on_subscription=len(left), seconds=round(elapsed, 1),
+        "slow-sink",
+        published=len(ids),
+        lost=lost,
+        duplicated=duplicated,
+        slow_batches=len(slow_seen),
+        sink_seconds_per_batch=sleep_s,
+        ack_deadline=deadline,
+        leases_extended=last.get("leasesExtended"),
+        redelivered_while_held=last.get("redeliveredWhileHeld"),
+        leases_expired=last.get("leasesExpired"),
+        left_on_subscription=len(left),
+        seconds=round(elapsed, 1),
     )
     assert len(slow_seen) == slow_batches
     assert not unexpected and lost == 0 and duplicated == 0
@@ -76,12 +88,20 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     assert left == [], "acknowledged messages are still on the subscription"
 
 
-@pytest.mark.parametrize("receiver, state, partitions", [
-    ("driver", True, None), ("driver", False, None), ("executors", True, 2),
-    ("driver", "gcs", (4, 2)), ("executors", "gcs", (4, 2)),
-], ids=["driver-stateDir", "driver-no-stateDir", "executors", "driver-resized-gs", "executors-resized-gs"])
-def test_failing_sink_then_restart_loses_nothing(request, spark, emulator_host, make_subscription, publish,
-                                                 tmp_path: Path, receiver, state, partitions):
+@pytest.mark.parametrize(
+    "receiver, state, partitions",
+    [
+        ("driver", True, None),
+        ("driver", False, None),
+        ("executors", True, 2),
+        ("driver", "gcs", (4, 2)),
+        ("executors", "gcs", (4, 2)),
+    ],
+    ids=["driver-stateDir", "driver-no-stateDir", "executors", "driver-resized-gs", "executors-resized-gs"],
+)
+def test_failing_sink_then_restart_loses_nothing(
+    request, spark, emulator_host, make_subscription, publish, tmp_path: Path, receiver, state, partitions
+):
     """A batch fails in the sink; the query is started again on its checkpoint, with the same
     options or (``resized``) with half the partitions, as a user does after resizing a cluster
     (those with the stateDir on gs://)."""
@@ -107,8 +127,12 @@ def test_failing_sink_then_restart_loses_nothing(request, spark, emulator_host, 
 
     def run(parts: int | None):
         extra = {"numPartitions": parts} if parts else {}
-        return _reader(spark, emulator_host, sub, **opts, **extra).writeStream.foreachBatch(sink).option(
-            "checkpointLocation", str(tmp_path / "chk")).start()
+        return (
+            _reader(spark, emulator_host, sub, **opts, **extra)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     q = run(before)
     with pytest.raises(Exception, match="sink fails on purpose"):
@@ -117,18 +141,29 @@ def test_failing_sink_then_restart_loses_nothing(request, spark, emulator_host, 
 
     q = run(after)
     try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q)
+        wait_until(
+            lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q
+        )
         with MetricsSampler(q) as sampler:  # let acknowledgements of the last batches happen
-            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("buffered", 1) == 0,
-                       60, what="the restarted query to settle", query=q)
+            wait_until(
+                lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("buffered", 1) == 0,
+                60,
+                what="the restarted query to settle",
+                query=q,
+            )
     finally:
         q.stop()
     got = sink.ids()
     lost, duplicated, unexpected = tally(ids, got)
     report(
-        f"failing-sink-{receiver}" + ("-stateDir-gs" if state == "gcs" else "-stateDir" if state else "-no-stateDir")
-        + (f"-partitions-{before}-to-{after}" if before != after else ""), published=len(ids), lost=lost,
-        duplicated=duplicated, failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
+        f"failing-sink-{receiver}"
+        + ("-stateDir-gs" if state == "gcs" else "-stateDir" if state else "-no-stateDir")
+        + (f"-partitions-{before}-to-{after}" if before != after else ""),
+        published=len(ids),
+        lost=lost,
+        duplicated=duplicated,
+        failed_batch=failed["batch"],
+        failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
     )
     assert not unexpected
     assert lost == 0

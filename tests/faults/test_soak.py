@@ -73,18 +73,31 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
             for start in range(0, n, 5000):
                 while len(published) - sink_rows[0] > BACKLOG:
                     time.sleep(0.2)
-                published.extend(publish_many(emulator_host, topic, (row_body(i) for i in range(start, min(n, start + 5000)))))
+                published.extend(
+                    publish_many(emulator_host, topic, (row_body(i) for i in range(start, min(n, start + 5000))))
+                )
         except BaseException as exc:  # noqa: BLE001
             pub_error.append(exc)
 
-    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-         .option("maxOutstandingMessages", str(MAX_OUTSTANDING)).option("maxMessagesPerTrigger", str(PER_TRIGGER))
-         .option("ackDeadlineSeconds", "30").option("receiver", receiver))
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", emulator_host)
+        .option("maxOutstandingMessages", str(MAX_OUTSTANDING))
+        .option("maxMessagesPerTrigger", str(PER_TRIGGER))
+        .option("ackDeadlineSeconds", "30")
+        .option("receiver", receiver)
+    )
     if receiver == "executors":
         r = r.option("stateDir", str(tmp_path / "state")).option("numPartitions", "2")
-    q = (r.load().select("message_id", "kind")
-         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "chk")).start())
+    q = (
+        r.load()
+        .select("message_id", "kind")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
     rss: list[tuple[int, float]] = []  # (rows committed, MB)
     runner = None
     t0 = time.monotonic()
@@ -107,7 +120,9 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
                     break
                 time.sleep(1.0)
             assert sink_rows[0] >= n, f"only {sink_rows[0]} of {n} rows in {time.monotonic() - t0:.0f} s"
-            wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q)
+            wait_until(
+                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
+            )
             last = sampler.last()
     finally:
         q.stop()
@@ -145,10 +160,24 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
     q4 = [mb for rows, mb in rss if rows >= 3 * n / 4] or [rss[-1][1]]
     peak = max(mb for _, mb in rss)
     bound = RSS_BASE_MB + n * RSS_PER_MESSAGE_B / 2**20
-    report(f"soak-{receiver}", published=len(published), lost=lost, duplicated=duplicated, seconds=round(elapsed, 1),
-           msgs_per_s_by_quarter=rates, processing_msgs_per_s_by_quarter=processing, batches=len(batches), rss_mb_first_quarter_max=round(max(q1)), rss_mb_last_quarter_max=round(max(q4)),
-           rss_mb_peak=round(peak), rss_bound_mb=round(bound), rss_samples=len(rss), max_held=sampler.max_held(),
-           maxOutstandingMessages=MAX_OUTSTANDING, redelivered_while_held=last.get("redeliveredWhileHeld"))
+    report(
+        f"soak-{receiver}",
+        published=len(published),
+        lost=lost,
+        duplicated=duplicated,
+        seconds=round(elapsed, 1),
+        msgs_per_s_by_quarter=rates,
+        processing_msgs_per_s_by_quarter=processing,
+        batches=len(batches),
+        rss_mb_first_quarter_max=round(max(q1)),
+        rss_mb_last_quarter_max=round(max(q4)),
+        rss_mb_peak=round(peak),
+        rss_bound_mb=round(bound),
+        rss_samples=len(rss),
+        max_held=sampler.max_held(),
+        maxOutstandingMessages=MAX_OUTSTANDING,
+        redelivered_while_held=last.get("redeliveredWhileHeld"),
+    )
     assert rss, "the reader process was never found: no RSS measured"
     assert not unexpected and lost == 0 and duplicated == 0
     assert len(rates) == 4 and all(processing)

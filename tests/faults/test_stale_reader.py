@@ -28,9 +28,15 @@ DEADLINE = 3
 
 
 def _reader(spark, host: str, sub: str, state: Path | str, receiver: str):
-    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
-         .option("stateDir", str(state)).option("ackDeadlineSeconds", str(DEADLINE))
-         .option("maxMessagesPerTrigger", "400").option("receiver", receiver))
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", host)
+        .option("stateDir", str(state))
+        .option("ackDeadlineSeconds", str(DEADLINE))
+        .option("maxMessagesPerTrigger", "400")
+        .option("receiver", receiver)
+    )
     if receiver == "executors":
         r = r.option("numPartitions", "2")
     return r.load()
@@ -44,10 +50,14 @@ def _alive(pid: int) -> bool:
     return "State:\tZ" not in status
 
 
-@pytest.mark.parametrize("receiver, storage", [("driver", "posix"), ("executors", "posix"), ("driver", "gcs")],
-                         ids=["driver", "executors", "driver-gs"])
-def test_restart_takes_the_state_dir_from_a_stuck_reader(request, spark, emulator_host, make_subscription, publish,
-                                                         tmp_path: Path, receiver: str, storage: str):
+@pytest.mark.parametrize(
+    "receiver, storage",
+    [("driver", "posix"), ("executors", "posix"), ("driver", "gcs")],
+    ids=["driver", "executors", "driver-gs"],
+)
+def test_restart_takes_the_state_dir_from_a_stuck_reader(
+    request, spark, emulator_host, make_subscription, publish, tmp_path: Path, receiver: str, storage: str
+):
     """(With gs://: the stuck reader's lease outlives its query, as a holder frozen past its lease.)"""
     n = scaled(2000, 10_000)
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
@@ -63,8 +73,12 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(request, spark, emulato
     sink = BatchFileSink(tmp_path / "sink", before=stop_reader_then_fail)
 
     def run():
-        return (_reader(spark, emulator_host, sub, state, receiver).writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(tmp_path / "chk")).start())
+        return (
+            _reader(spark, emulator_host, sub, state, receiver)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     q = run()
     try:
@@ -77,17 +91,32 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(request, spark, emulato
         t0 = time.monotonic()
         q = run()
         try:
-            wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0,
-                       what="every message in the sink after the restart", query=q)
+            wait_until(
+                lambda: set(ids) <= set(sink.ids()),
+                240,
+                1.0,
+                what="every message in the sink after the restart",
+                query=q,
+            )
             took = time.monotonic() - t0
             with MetricsSampler(q) as sampler:
-                wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60,
-                           what="the restarted query to settle", query=q)
+                wait_until(
+                    lambda: sampler.last().get("awaitingCommit", 1) == 0,
+                    60,
+                    what="the restarted query to settle",
+                    query=q,
+                )
         finally:
             q.stop()
         lost, duplicated, unexpected = tally(ids, sink.ids())
-        report(f"stale-reader-{receiver}" + ("-gs" if storage == "gcs" else ""), published=n, lost=lost, duplicated=duplicated,
-               failed_batch=stuck["batch"], seconds_to_everything=round(took, 1))
+        report(
+            f"stale-reader-{receiver}" + ("-gs" if storage == "gcs" else ""),
+            published=n,
+            lost=lost,
+            duplicated=duplicated,
+            failed_batch=stuck["batch"],
+            seconds_to_everything=round(took, 1),
+        )
         assert not _alive(pid), "the restart ran beside the stuck reader instead of ending it"
         assert not unexpected
         assert lost == 0 and duplicated == 0

@@ -45,8 +45,9 @@ def _pull_all(host: str, sub: str) -> list:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["DROPMALFORMED", "PERMISSIVE"])
-def test_undecodable_bodies_go_to_the_dead_letter_topic(spark, emulator_host, make_subscription, publish, tmp_path,
-                                                        mode):
+def test_undecodable_bodies_go_to_the_dead_letter_topic(
+    spark, emulator_host, make_subscription, publish, tmp_path, mode
+):
     topic, sub = make_subscription(ack_deadline_seconds=10)
     dead_topic, dead_sub = make_subscription(ack_deadline_seconds=10, name=f"dead-{uuid.uuid4().hex[:8]}")
     good = [f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode() for i in range(200)]
@@ -54,10 +55,19 @@ def test_undecodable_bodies_go_to_the_dead_letter_topic(spark, emulator_host, ma
     good_ids = publish(topic, good)
     bad_ids = publish(topic, bad)
     out = tmp_path / "out"
-    q = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-         .option("mode", mode).option("deadLetterTopic", dead_topic).load()
-         .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(tmp_path / "chk"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", emulator_host)
+        .option("mode", mode)
+        .option("deadLetterTopic", dead_topic)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     rows = spark.read.parquet(str(out)).select("message_id", "kind").collect()
@@ -106,9 +116,15 @@ def test_dead_letters_go_through_the_endpoint_option(monkeypatch):
 
     monkeypatch.setattr(transport, "publisher_client", publisher_client)
     monkeypatch.setattr(transport, "load_credentials", lambda **kw: None)
-    opts = parse_options({"subscription": "projects/p/subscriptions/sub-a", "deadLetterTopic": "projects/p/topics/dead",
-                          "endpoint": "pubsub-psc.p.googleapis.com:443"})
-    batch = pa.RecordBatch.from_pydict({"kind": ["malformed"], "data": [b"{"], "message_id": ["1"],
-                                        "error": ["bad JSON"]})
+    opts = parse_options(
+        {
+            "subscription": "projects/p/subscriptions/sub-a",
+            "deadLetterTopic": "projects/p/topics/dead",
+            "endpoint": "pubsub-psc.p.googleapis.com:443",
+        }
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {"kind": ["malformed"], "data": [b"{"], "message_id": ["1"], "error": ["bad JSON"]}
+    )
     assert dead_letter.publish_malformed(batch, opts) == 1
     assert seen == {"endpoint": "pubsub-psc.p.googleapis.com:443", "published": 1}

@@ -162,7 +162,9 @@ def _missing_test(files: list[Path], name: str | None, param: str | None) -> str
         return None
     for path in files:
         matched = fnmatch.filter(defined_tests(path), name)
-        if matched and (param is None or all(re.search(rf"[\"']{re.escape(p)}[\"']", path.read_text()) for p in param.split(","))):
+        if matched and (
+            param is None or all(re.search(rf"[\"']{re.escape(p)}[\"']", path.read_text()) for p in param.split(","))
+        ):
             return None
     where = ", ".join(_rel(p) for p in files)
     return f"no test {name}{f'[{param}]' if param else ''} in {where}"

@@ -17,8 +17,10 @@ def _no_emulator(monkeypatch):
 
 
 def test_endpoint_is_validated_like_the_other_options():
-    assert parse_options({"subscription": SUB, "endpoint": "us-east1-pubsub.googleapis.com:443"}).endpoint == \
-        "us-east1-pubsub.googleapis.com:443"
+    assert (
+        parse_options({"subscription": SUB, "endpoint": "us-east1-pubsub.googleapis.com:443"}).endpoint
+        == "us-east1-pubsub.googleapis.com:443"
+    )
     for bad in ("us-east1-pubsub.googleapis.com", "host:0", "host:99999", "https://x:443"):
         with pytest.raises(OptionError, match="endpoint"):
             parse_options({"subscription": SUB, "endpoint": bad})
@@ -29,7 +31,9 @@ def test_endpoint_is_validated_like_the_other_options():
 def test_the_client_is_built_for_the_endpoint_with_tls_and_credentials():
     from google.auth.credentials import AnonymousCredentials
 
-    client = transport.subscriber_client(None, AnonymousCredentials(), endpoint="europe-west1-pubsub.googleapis.com:443")
+    client = transport.subscriber_client(
+        None, AnonymousCredentials(), endpoint="europe-west1-pubsub.googleapis.com:443"
+    )
     try:
         assert client.api_endpoint == "europe-west1-pubsub.googleapis.com:443"
         assert client.transport._host == "europe-west1-pubsub.googleapis.com:443"

@@ -43,8 +43,11 @@ def _start(tmp_path: Path, flood: bool) -> tuple[subprocess.Popen, Path]:
     script = tmp_path / "python_streaming_source_runner.py"
     script.write_text(_RUNNER)
     marker = tmp_path / "handed-back"
-    proc = subprocess.Popen([sys.executable, str(script), str(marker), "flood" if flood else "quiet", str(WITHIN)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(marker), "flood" if flood else "quiet", str(WITHIN)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.strip() == b"READY", line + (proc.stderr.read() if proc.poll() is not None else b"")  # type: ignore[union-attr]
@@ -83,8 +86,9 @@ def test_sigterm_ends_the_process_even_when_its_log_blocks(tmp_path: Path):
         took = _ended_within(proc, WITHIN + 10)
         state = ""
         if took is None:
-            state = next((ln for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                          if ln.startswith("State:")), "")
+            state = next(
+                (ln for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if ln.startswith("State:")), ""
+            )
         assert took is not None, f"the reader process outlived SIGTERM by {WITHIN + 10:.0f} s ({state})"
         assert took <= WITHIN + 5, took
     finally:

@@ -96,8 +96,12 @@ def test_planning_a_batch_does_not_copy_it_several_times(fake, make_reader):
     s = SparkCalls(reader, Logs(), "4.3")
     s.start()
     start = reader.initialOffset()
-    until(lambda: (reader.reportLatestOffset() or {}).get("buffered", 0) >= n, 60, "the backlog buffered",
-          step=lambda: time.sleep(0.1))
+    until(
+        lambda: (reader.reportLatestOffset() or {}).get("buffered", 0) >= n,
+        60,
+        "the backlog buffered",
+        step=lambda: time.sleep(0.1),
+    )
     pool = pa.proxy_memory_pool(pa.default_memory_pool())
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pool)

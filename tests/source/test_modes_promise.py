@@ -81,8 +81,12 @@ def tally(published: list[str], got: list[str]) -> tuple[int, int]:
 
 def run_until_all(calls: SparkCalls, sink: Sink, ids: list[str], timeout: float = 60, sub: str = SUB) -> None:
     """Trigger until every id is in the sink and acknowledged."""
-    until(lambda: set(ids) <= set(sink.ids()) and set(ids) <= set(sink.fake.acked(sub)), timeout,
-          "every message in the sink and acknowledged", step=lambda: (calls.trigger(sink), time.sleep(0.02)))
+    until(
+        lambda: set(ids) <= set(sink.ids()) and set(ids) <= set(sink.fake.acked(sub)),
+        timeout,
+        "every message in the sink and acknowledged",
+        step=lambda: (calls.trigger(sink), time.sleep(0.02)),
+    )
     sink.check()
 
 
@@ -120,7 +124,9 @@ def test_restart_with_fewer_partitions_replays_exactly_the_failed_batch(fake, ma
     second = SparkCalls(make_reader(SUB, **options(mode, tmp_path, numPartitions=2, maxMessagesPerTrigger=500)), logs)
     second.start()
     second.trigger(sink)
-    assert sorted(sink.batches.get(failing, [])) == failed_ids or not failed_ids, "the replay differs from the failed batch"
+    assert sorted(sink.batches.get(failing, [])) == failed_ids or not failed_ids, (
+        "the replay differs from the failed batch"
+    )
     run_until_all(second, sink, ids)
     lost, duplicated = tally(ids, sink.ids())
     assert (lost, duplicated) == (0, 0)
@@ -186,8 +192,9 @@ def test_a_stalled_state_write_gives_no_duplicates(fake, make_reader, tmp_path, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_outage_right_after_messages_are_recorded_gives_no_duplicates(fake, make_reader, tmp_path, mode,
-                                                                        monkeypatch):
+def test_an_outage_right_after_messages_are_recorded_gives_no_duplicates(
+    fake, make_reader, tmp_path, mode, monkeypatch
+):
     """Pub/Sub becomes unreachable for longer than the lease right after a batch's messages were
     pulled and recorded in the stateDir: their leases lapse, and Pub/Sub delivers them again to
     whoever pulls next. Every message arrives once."""

@@ -14,41 +14,47 @@ def _clean_env(monkeypatch) -> None:
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
 
 
-@pytest.mark.parametrize("option, value", [
-    ("subscription", "projects/p/subscriptions/sub-x\n"),
-    ("subscription", "sub-x\x00"),
-    ("projectId", "proj\r\nX-Injected: 1"),
-    ("emulatorHost", "127.0.0.1:8085\t"),
-    ("stateDir", "/tmp/state\x1b[31m"),
-    ("topic", "topic-x\x7f"),
-    ("rowSchema", "a INT\x00"),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("subscription", "projects/p/subscriptions/sub-x\n"),
+        ("subscription", "sub-x\x00"),
+        ("projectId", "proj\r\nX-Injected: 1"),
+        ("emulatorHost", "127.0.0.1:8085\t"),
+        ("stateDir", "/tmp/state\x1b[31m"),
+        ("topic", "topic-x\x7f"),
+        ("rowSchema", "a INT\x00"),
+    ],
+)
 def test_control_characters_are_rejected(option, value):
     raw = {"subscription": SUB, "projectId": "p", option: value}
     with pytest.raises(OptionError, match="control characters"):
         parse_options(raw)
 
 
-@pytest.mark.parametrize("option, value", [
-    ("maxOutstandingMessages", "-1"),
-    ("maxOutstandingMessages", "0"),
-    ("maxOutstandingBytes", "-1"),
-    ("maxOutstandingBytes", "1024"),  # below 64 KiB: could not hold one ordinary pull
-    ("maxMessagesPerTrigger", "0"),
-    ("maxMessagesPerTrigger", "-5"),
-    ("maxBytesPerTrigger", "-1"),
-    ("numPartitions", "0"),
-    ("numPartitions", "-1"),
-    ("numPartitions", "1000000"),
-    ("maxLeaseDurationSeconds", "-1"),
-    ("ackDeadlineSeconds", "0"),
-    ("ackDeadlineSeconds", "-10"),
-    ("ackDeadlineSeconds", "601"),
-    ("ackDeadlineSeconds", "9"),  # real service: 10-600
-    ("ackDeadlineSeconds", "1"),
-    ("maxOutstandingMessages", "1e3"),
-    ("maxOutstandingMessages", "99999999999999999999"),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("maxOutstandingMessages", "-1"),
+        ("maxOutstandingMessages", "0"),
+        ("maxOutstandingBytes", "-1"),
+        ("maxOutstandingBytes", "1024"),  # below 64 KiB: could not hold one ordinary pull
+        ("maxMessagesPerTrigger", "0"),
+        ("maxMessagesPerTrigger", "-5"),
+        ("maxBytesPerTrigger", "-1"),
+        ("numPartitions", "0"),
+        ("numPartitions", "-1"),
+        ("numPartitions", "1000000"),
+        ("maxLeaseDurationSeconds", "-1"),
+        ("ackDeadlineSeconds", "0"),
+        ("ackDeadlineSeconds", "-10"),
+        ("ackDeadlineSeconds", "601"),
+        ("ackDeadlineSeconds", "9"),  # real service: 10-600
+        ("ackDeadlineSeconds", "1"),
+        ("maxOutstandingMessages", "1e3"),
+        ("maxOutstandingMessages", "99999999999999999999"),
+    ],
+)
 def test_absurd_values_are_rejected_against_the_real_service(monkeypatch, option, value):
     _clean_env(monkeypatch)
     with pytest.raises(OptionError, match=option):
@@ -63,13 +69,24 @@ def test_real_service_ack_deadlines_accepted(monkeypatch, value):
 
 def test_emulator_accepts_short_ack_deadlines_but_not_beyond_600(monkeypatch):
     _clean_env(monkeypatch)
-    assert parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "1"}).ackDeadlineSeconds == 1
+    assert (
+        parse_options(
+            {"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "1"}
+        ).ackDeadlineSeconds
+        == 1
+    )
     for bad in ("0", "601"):
         with pytest.raises(OptionError, match="ackDeadlineSeconds"):
             parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": bad})
     with pytest.raises(OptionError, match="maxLeaseDurationSeconds"):
-        parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:8085", "ackDeadlineSeconds": "60",
-                       "maxLeaseDurationSeconds": "30"})
+        parse_options(
+            {
+                "subscription": SUB,
+                "emulatorHost": "127.0.0.1:8085",
+                "ackDeadlineSeconds": "60",
+                "maxLeaseDurationSeconds": "30",
+            }
+        )
 
 
 def test_executors_receiver_needs_a_state_dir(monkeypatch):

@@ -28,8 +28,9 @@ def _response(messages: list[dict]):
 def test_pulled_batch_reads_every_field_of_every_message():
     from crdb_pubsub.source.wire import MESSAGE_SCHEMA, pulled_batch
 
-    plain = [{"ack_id": f"a{i}", "message_id": str(i), "seconds": 1_700_000_000 + i, "nanos": 999_999 * i}
-             for i in range(5)]
+    plain = [
+        {"ack_id": f"a{i}", "message_id": str(i), "seconds": 1_700_000_000 + i, "nanos": 999_999 * i} for i in range(5)
+    ]
     mixed = [dict(m) for m in plain]
     mixed[1]["attributes"] = {"TABLE_NAME": "orders", "x": "1"}
     mixed[3]["ordering_key"] = "k3"
@@ -39,9 +40,11 @@ def test_pulled_batch_reads_every_field_of_every_message():
         assert ack_ids == [m["ack_id"] for m in messages] and mids == [m["message_id"] for m in messages]
         assert batch.column("data").to_pylist() == [b"body-" + m["message_id"].encode() for m in messages]
         assert batch.column("publish_us").to_pylist() == [
-            m["seconds"] * 1_000_000 + m["nanos"] // 1000 for m in messages]
+            m["seconds"] * 1_000_000 + m["nanos"] // 1000 for m in messages
+        ]
         assert [sorted(a) if a is not None else None for a in batch.column("attributes").to_pylist()] == [
-            sorted(m["attributes"].items()) if m.get("attributes") else None for m in messages]  # a map's order is Pub/Sub's
+            sorted(m["attributes"].items()) if m.get("attributes") else None for m in messages
+        ]  # a map's order is Pub/Sub's
         assert batch.column("ordering_key").to_pylist() == [m.get("ordering_key") for m in messages]
     ack_ids, mids, batch = pulled_batch(_response([]))
     assert (ack_ids, mids, batch.num_rows, batch.schema) == ([], [], 0, MESSAGE_SCHEMA)
@@ -55,8 +58,15 @@ def test_body_lengths_read_from_offsets_match_pyarrow():
     from crdb_pubsub.source.wire import body_lengths, largest_body
 
     bodies = pa.array([b"", b"abc", None, b"x" * 1000, b"12345"], pa.binary())
-    cases = [bodies, bodies.slice(1), bodies.slice(2, 2), bodies.slice(5), pa.chunked_array([bodies, bodies.slice(3)]),
-             pa.chunked_array([], pa.binary()), bodies.cast(pa.large_binary()).slice(1, 3)]
+    cases = [
+        bodies,
+        bodies.slice(1),
+        bodies.slice(2, 2),
+        bodies.slice(5),
+        pa.chunked_array([bodies, bodies.slice(3)]),
+        pa.chunked_array([], pa.binary()),
+        bodies.cast(pa.large_binary()).slice(1, 3),
+    ]
     for arr in cases:
         expected = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False) if len(arr) else np.empty(0)
         assert body_lengths(arr).tolist() == expected.tolist()

@@ -21,9 +21,18 @@ def run(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
-@pytest.mark.parametrize("command", [
-    [], ["tail"], ["simulate"], ["emulator"], ["emulator", "start"], ["emulator", "stop"], ["emulator", "env"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["tail"],
+        ["simulate"],
+        ["emulator"],
+        ["emulator", "start"],
+        ["emulator", "stop"],
+        ["emulator", "env"],
+    ],
+)
 def test_help_for_every_command(command):
     res = run(*command, "--help")
     assert res.returncode == 0, res.stderr
@@ -31,16 +40,19 @@ def test_help_for_every_command(command):
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["tail"], "--subscription"),
-    (["tail", "--subscription", "my-sub"], "--project"),
-    (["tail", "--subscription", "projects/p/subscriptions/s", "--limit", "0"], "--limit"),
-    (["tail", "--subscription", "projects/p/subscriptions/s", "--format", "xml"], "--format"),
-    (["simulate", "--rows", "many"], "--rows"),
-    (["simulate", "--rows", "5"], "--emulator-host"),
-    (["simulate", "--dry-run", "--envelope", "wraped"], "--envelope"),
-    (["nonsense"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["tail"], "--subscription"),
+        (["tail", "--subscription", "my-sub"], "--project"),
+        (["tail", "--subscription", "projects/p/subscriptions/s", "--limit", "0"], "--limit"),
+        (["tail", "--subscription", "projects/p/subscriptions/s", "--format", "xml"], "--format"),
+        (["simulate", "--rows", "many"], "--rows"),
+        (["simulate", "--rows", "5"], "--emulator-host"),
+        (["simulate", "--dry-run", "--envelope", "wraped"], "--envelope"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
 def test_user_mistakes_are_one_line_and_exit_2(args, fragment):
     res = run(*args)
     assert res.returncode == 2, (res.returncode, res.stderr)
@@ -53,7 +65,7 @@ def test_simulate_dry_run_reuses_the_simulator():
     res = run("simulate", "--dry-run", "--rows", "3", "--tables", "users", "--updated")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 3 and all(line.startswith("users\t{\"Key\":") for line in lines)
+    assert len(lines) == 3 and all(line.startswith('users\t{"Key":') for line in lines)
 
 
 @pytest.mark.integration
@@ -66,8 +78,18 @@ def test_tail_prints_decoded_rows_and_leaves_messages_unconsumed(emulator_host, 
     ids = publish(topic, [m.data for m in msgs])
 
     # A 60 s ack deadline: only tail's explicit hand-back (deadline 0) makes them pullable at once.
-    res = run("tail", "--subscription", sub, "--limit", "50", "--format", "json", "--wait", "2",
-              env={"PUBSUB_EMULATOR_HOST": emulator_host})
+    res = run(
+        "tail",
+        "--subscription",
+        sub,
+        "--limit",
+        "50",
+        "--format",
+        "json",
+        "--wait",
+        "2",
+        env={"PUBSUB_EMULATOR_HOST": emulator_host},
+    )
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in res.stdout.splitlines()]
     assert {r["message_id"] for r in rows} == set(ids)
@@ -86,10 +108,24 @@ def test_tail_prints_decoded_rows_and_leaves_messages_unconsumed(emulator_host, 
 @pytest.mark.integration
 def test_tail_table_format_via_flag(emulator_host, make_subscription, publish):
     topic, sub = make_subscription(ack_deadline_seconds=60)
-    publish(topic, [b'{"Key":[7],"Value":{"after": {"id": 7, "price": 26.30}, "updated": "1.0000000002"},"Topic":"items"}',
-                    b"not json"])
-    res = run("tail", "--subscription", sub.split("/")[-1], "--project", PROJECT, "--emulator-host", emulator_host,
-              "--wait", "2")
+    publish(
+        topic,
+        [
+            b'{"Key":[7],"Value":{"after": {"id": 7, "price": 26.30}, "updated": "1.0000000002"},"Topic":"items"}',
+            b"not json",
+        ],
+    )
+    res = run(
+        "tail",
+        "--subscription",
+        sub.split("/")[-1],
+        "--project",
+        PROJECT,
+        "--emulator-host",
+        emulator_host,
+        "--wait",
+        "2",
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[0].split()[:3] == ["publish_time", "table", "op"]
@@ -100,8 +136,15 @@ def test_tail_table_format_via_flag(emulator_host, make_subscription, publish):
 
 @pytest.mark.integration
 def test_tail_unknown_subscription_is_a_usage_error(emulator_host):
-    res = run("tail", "--subscription", f"projects/{PROJECT}/subscriptions/does-not-exist",
-              "--emulator-host", emulator_host, "--wait", "1")
+    res = run(
+        "tail",
+        "--subscription",
+        f"projects/{PROJECT}/subscriptions/does-not-exist",
+        "--emulator-host",
+        emulator_host,
+        "--wait",
+        "1",
+    )
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "does not exist" in res.stderr
 

@@ -42,7 +42,7 @@ def _split(msg: SimMessage) -> tuple[str, str, str]:
     head = '{"Key":' + msg.key + ',"Value":'
     tail = ',"Topic":' + json.dumps(msg.topic) + "}"
     assert text.startswith(head) and text.endswith(tail), text[:200]
-    return msg.key, text[len(head):-len(tail)], msg.topic
+    return msg.key, text[len(head) : -len(tail)], msg.topic
 
 
 def _loads(text: str) -> Any:
@@ -75,12 +75,26 @@ def test_encoder_reproduces_every_pubsub_wire_example_byte_for_byte() -> None:
     for ex in wire:
         body = json.loads(ex["body"], parse_float=Decimal)
         if "Key" in body:
-            rebuilt = ('{"Key":' + crdb_json(body["Key"]) + ',"Value":' + crdb_json(body["Value"])
-                       + ',"Topic":' + json.dumps(body["Topic"]) + "}")
+            rebuilt = (
+                '{"Key":'
+                + crdb_json(body["Key"])
+                + ',"Value":'
+                + crdb_json(body["Value"])
+                + ',"Topic":'
+                + json.dumps(body["Topic"])
+                + "}"
+            )
         else:
             compact = dict(compact=True, escape_html=True)
-            rebuilt = ('{"key":' + crdb_json(body["key"], **compact) + ',"value":'
-                       + crdb_json(body["value"], **compact) + ',"topic":' + json.dumps(body["topic"]) + "}")
+            rebuilt = (
+                '{"key":'
+                + crdb_json(body["key"], **compact)
+                + ',"value":'
+                + crdb_json(body["value"], **compact)
+                + ',"topic":'
+                + json.dumps(body["topic"])
+                + "}"
+            )
             assert ex["ordering_key"] == crdb_json(body["key"])
         assert rebuilt == ex["body"], ex["source"]
 
@@ -102,8 +116,10 @@ def test_encoder_reproduces_cockroach_encoder_test_bodies() -> None:
 def test_encoder_types() -> None:
     assert crdb_json(Decimal("26.30")) == "26.30"
     assert crdb_json(INT8_MAX) == "9223372036854775807"
-    assert crdb_json({"b": [1, None, True], "a": "Zoë & <東京>\n\"\\"}) == \
-        '{"a": "Zoë & <東京>\\n\\"\\\\", "b": [1, null, true]}'
+    assert (
+        crdb_json({"b": [1, None, True], "a": 'Zoë & <東京>\n"\\'})
+        == '{"a": "Zoë & <東京>\\n\\"\\\\", "b": [1, null, true]}'
+    )
     assert crdb_json("<&>", escape_html=True) == '"\\u003c\\u0026\\u003e"'
     assert crdb_json("\x01\u2028") == '"\\u0001\\u2028"'
     assert crdb_json(5.0) == "5" and crdb_json(12.345) == "12.345" and crdb_json(1e-7) == "1E-7"
@@ -128,14 +144,23 @@ def test_wrapped_layout_matches_the_documented_pubsub_example() -> None:
     assert first.attributes == {} and first.ordering_key == "" and first.op == "c"
 
 
-@pytest.mark.parametrize("opts", [
-    {},
-    {"diff": True, "updated": True, "mvcc_timestamp": True, "key_in_value": True},
-    {"envelope": "bare", "updated": True, "key_in_value": True},
-    {"envelope": "enriched", "enriched_properties": ["source", "schema"], "diff": True, "updated": True,
-     "mvcc_timestamp": True, "key_in_value": True},
-    {"column_families": True, "diff": True},
-])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        {"diff": True, "updated": True, "mvcc_timestamp": True, "key_in_value": True},
+        {"envelope": "bare", "updated": True, "key_in_value": True},
+        {
+            "envelope": "enriched",
+            "enriched_properties": ["source", "schema"],
+            "diff": True,
+            "updated": True,
+            "mvcc_timestamp": True,
+            "key_in_value": True,
+        },
+        {"column_families": True, "diff": True},
+    ],
+)
 def test_values_are_cockroach_encoded_sorted_and_spaced(opts: dict[str, Any]) -> None:
     sim = ChangefeedSimulator(seed=11, resolved_every=25, **opts)
     for msg in _rows(list(sim.events(300))):
@@ -148,8 +173,11 @@ def test_values_are_cockroach_encoded_sorted_and_spaced(opts: dict[str, Any]) ->
 
 
 def test_resolved_messages_are_exact_and_go_to_every_topic() -> None:
-    for envelope, template in (("wrapped", '{"resolved":"%s"}'), ("bare", '{"__crdb__":{"resolved":"%s"}}'),
-                               ("enriched", '{"resolved":"%s"}')):
+    for envelope, template in (
+        ("wrapped", '{"resolved":"%s"}'),
+        ("bare", '{"__crdb__":{"resolved":"%s"}}'),
+        ("enriched", '{"resolved":"%s"}'),
+    ):
         sim = ChangefeedSimulator(seed=2, envelope=envelope, resolved_every=10, column_families=True)
         msgs = list(sim.events(100))
         resolved = [m for m in msgs if m.kind == "resolved"]
@@ -200,7 +228,7 @@ def test_decimal_trailing_zeros_and_big_int8_survive() -> None:
                 assert d.as_tuple().exponent == -2
                 trailing_zero += str(d).endswith("0")
         odo = after.get("odometer")
-        if isinstance(odo, int) and odo > 2 ** 53:
+        if isinstance(odo, int) and odo > 2**53:
             big += 1
             assert str(odo) in value
             int8_max += odo == INT8_MAX
@@ -242,8 +270,9 @@ def _replay(msgs: list[SimMessage], envelope: str) -> dict[str, dict[str, dict[s
         table = state[m.table]
         families = dict(TABLES[m.table].families)
         suffix = m.topic.rsplit(".", 1)[-1]
-        family_cols = families.get(suffix, TABLES[m.table].column_names) if m.topic != m.table else \
-            TABLES[m.table].column_names
+        family_cols = (
+            families.get(suffix, TABLES[m.table].column_names) if m.topic != m.table else TABLES[m.table].column_names
+        )
         if m.op == "d":
             assert pk in table, "delete of a row that is not live"
             for col in family_cols:
@@ -263,12 +292,15 @@ def _replay(msgs: list[SimMessage], envelope: str) -> dict[str, dict[str, dict[s
     return state
 
 
-@pytest.mark.parametrize("opts", [
-    {"diff": True},
-    {"column_families": True},
-    {"envelope": "bare"},
-    {"envelope": "enriched", "enriched_properties": ["schema"]},
-])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {"diff": True},
+        {"column_families": True},
+        {"envelope": "bare"},
+        {"envelope": "enriched", "enriched_properties": ["schema"]},
+    ],
+)
 def test_ground_truth_equals_replay_in_commit_order(opts: dict[str, Any]) -> None:
     sim = ChangefeedSimulator(seed=6, mix=(1, 1, 0.5), resolved_every=20, **opts)
     msgs = list(sim.events(400))
@@ -360,8 +392,15 @@ def test_bare_shape() -> None:
 
 
 def test_enriched_shape_with_source_and_schema() -> None:
-    sim = ChangefeedSimulator(seed=12, envelope="enriched", enriched_properties="source,schema", diff=True,
-                              updated=True, mvcc_timestamp=True, mix=(1, 1, 1))
+    sim = ChangefeedSimulator(
+        seed=12,
+        envelope="enriched",
+        enriched_properties="source,schema",
+        diff=True,
+        updated=True,
+        mvcc_timestamp=True,
+        mix=(1, 1, 1),
+    )
     msgs = _rows(list(sim.events(150)))
     assert {m.op for m in msgs} == {"c", "u", "d"}
     for m in msgs:
@@ -386,8 +425,13 @@ def test_enriched_shape_with_source_and_schema() -> None:
         assert [f["field"] for f in after_schema["fields"]] == list(table.column_names)
     users = next(m for m in msgs if m.table == "users")
     balance = next(f for f in _loads(_split(users)[1])["schema"]["fields"][1]["fields"] if f["field"] == "balance")
-    assert balance == {"field": "balance", "name": "decimal", "optional": True,
-                       "parameters": {"precision": "12", "scale": "2"}, "type": "float64"}
+    assert balance == {
+        "field": "balance",
+        "name": "decimal",
+        "optional": True,
+        "parameters": {"precision": "12", "scale": "2"},
+        "type": "float64",
+    }
 
 
 def test_enriched_plain_key_is_an_object() -> None:
@@ -419,7 +463,10 @@ def test_column_families_split_vehicles() -> None:
 
 def test_topic_naming_options() -> None:
     assert ChangefeedSimulator(full_table_name=True).topics() == [
-        "movr.public.users", "movr.public.vehicles", "movr.public.rides"]
+        "movr.public.users",
+        "movr.public.vehicles",
+        "movr.public.rides",
+    ]
     sim = ChangefeedSimulator(topic_name="movr-all", resolved_every=5, seed=15)
     msgs = list(sim.events(20))
     assert sim.topics() == ["movr-all"] and {m.topic for m in msgs} == {"movr-all"}
@@ -450,21 +497,24 @@ def test_table_name_attribute() -> None:
         assert m.attributes == ({"TABLE_NAME": m.table} if m.kind == "row" else {})
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"envelope": "row"}, "envelope"),
-    ({"enriched_properties": ["source"]}, "enriched_properties"),
-    ({"envelope": "enriched", "enriched_properties": ["sauce"]}, "enriched_properties"),
-    ({"envelope": "bare", "diff": True}, "diff"),
-    ({"envelope": "enriched", "legacy_wrapper": True}, "legacy_wrapper"),
-    ({"resolved_every": -1}, "resolved_every"),
-    ({"tables": ["users", "orders"]}, "tables"),
-    ({"tables": []}, "tables"),
-    ({"topic_name": "9bad"}, "topic_name"),
-    ({"mix": (0, 1, 1)}, "mix"),
-    ({"mix": {"upsert": 1}}, "mix"),
-    ({"updated": "yes"}, "updated"),
-    ({"seed": "x"}, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"envelope": "row"}, "envelope"),
+        ({"enriched_properties": ["source"]}, "enriched_properties"),
+        ({"envelope": "enriched", "enriched_properties": ["sauce"]}, "enriched_properties"),
+        ({"envelope": "bare", "diff": True}, "diff"),
+        ({"envelope": "enriched", "legacy_wrapper": True}, "legacy_wrapper"),
+        ({"resolved_every": -1}, "resolved_every"),
+        ({"tables": ["users", "orders"]}, "tables"),
+        ({"tables": []}, "tables"),
+        ({"topic_name": "9bad"}, "topic_name"),
+        ({"mix": (0, 1, 1)}, "mix"),
+        ({"mix": {"upsert": 1}}, "mix"),
+        ({"updated": "yes"}, "updated"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
 def test_bad_options_name_themselves(kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         ChangefeedSimulator(**kwargs)
@@ -516,7 +566,8 @@ def test_publish_shuffles_and_duplicates_deterministically() -> None:
         reference = [m.data for m in ChangefeedSimulator(seed=19, resolved_every=25).events(200)]
         pub = _FakePublisher()
         report = ChangefeedSimulator(seed=19, resolved_every=25).publish(
-            pub, "p", 200, shuffle_window=16, duplicate_fraction=0.1)
+            pub, "p", 200, shuffle_window=16, duplicate_fraction=0.1
+        )
         return report, pub, reference
 
     report, pub, reference = run()
@@ -569,10 +620,12 @@ def test_publish_to_emulator_and_pull_back() -> None:
     from emulator_policy import emulator_or_skip
 
     project = "crdb-sim-test"
-    sim = ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50,
-                              with_table_name_attribute=True)
-    expected = list(ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50,
-                                        with_table_name_attribute=True).events(300))
+    sim = ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50, with_table_name_attribute=True)
+    expected = list(
+        ChangefeedSimulator(seed=21, diff=True, updated=True, resolved_every=50, with_table_name_attribute=True).events(
+            300
+        )
+    )
     with emulator_or_skip() as host_port:
         publisher = make_publisher(host_port)
         subscriber = subscriber_client(host_port)

@@ -56,10 +56,26 @@ def _parquet_ids(out: Path) -> list[str]:
     return [m for f in files for m in pq.read_table(f, columns=["message_id"]).column(0).to_pylist()]
 
 
-def _run_job(host: str, sub: str, tmp: Path, *, available_now: bool, max_per_trigger: int = 0, timeout: float = 300,
-             receiver: str = "driver"):
-    cmd = job_command(host, sub, tmp, state=True, available_now=available_now, ack_deadline=ACK_DEADLINE,
-                      max_per_trigger=max_per_trigger, receiver=receiver)
+def _run_job(
+    host: str,
+    sub: str,
+    tmp: Path,
+    *,
+    available_now: bool,
+    max_per_trigger: int = 0,
+    timeout: float = 300,
+    receiver: str = "driver",
+):
+    cmd = job_command(
+        host,
+        sub,
+        tmp,
+        state=True,
+        available_now=available_now,
+        ack_deadline=ACK_DEADLINE,
+        max_per_trigger=max_per_trigger,
+        receiver=receiver,
+    )
     return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -102,7 +118,9 @@ def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path
     lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
     time.sleep(ACK_DEADLINE + 1)
     left = pull_ids(emulator_host, sub, timeout=2.0)
-    print(f"FAULT-RESULT spark={pyspark.__version__} available-now receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}")
+    print(
+        f"FAULT-RESULT spark={pyspark.__version__} available-now receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}"
+    )
     assert (lost, duplicated, len(left)) == (0, 0, 0)
 
 
@@ -128,10 +146,18 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         (seen_dir / f"{batch_id:06d}").write_text("\n".join(got))  # batch N replaces file N
 
     def start():
-        return (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", emulator_host)
-                .option("stateDir", str(tmp_path / "state")).option("ackDeadlineSeconds", str(ACK_DEADLINE))
-                .option("maxMessagesPerTrigger", "200").load()
-                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+        return (
+            spark.readStream.format("crdb_pubsub")
+            .option("subscription", sub)
+            .option("emulatorHost", emulator_host)
+            .option("stateDir", str(tmp_path / "state"))
+            .option("ackDeadlineSeconds", str(ACK_DEADLINE))
+            .option("maxMessagesPerTrigger", "200")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     def seen() -> list[str]:
         return [m for p in sorted(seen_dir.iterdir()) for m in p.read_text().split("\n") if m]
@@ -150,8 +176,10 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         if "pid" in failed:
             end_frozen(failed["pid"])
     lost, duplicated = _counts(ids, seen())
-    print(f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir reader={reader} lost={lost} "
-          f"duplicated={duplicated}")
+    print(
+        f"FAULT-RESULT spark={pyspark.__version__} failing-sink-stateDir reader={reader} lost={lost} "
+        f"duplicated={duplicated}"
+    )
     assert (lost, duplicated) == (0, 0)
 
 
@@ -179,5 +207,7 @@ def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, p
     lost, duplicated = _counts(ids, _parquet_ids(tmp_path / "out"))
     time.sleep(ACK_DEADLINE + 1)
     left = pull_ids(emulator_host, sub, timeout=2.0)
-    print(f"FAULT-RESULT spark={pyspark.__version__} sigkill-stateDir receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}")
+    print(
+        f"FAULT-RESULT spark={pyspark.__version__} sigkill-stateDir receiver={receiver} lost={lost} duplicated={duplicated} left={len(left)}"
+    )
     assert (lost, duplicated, len(left)) == (0, 0, 0)

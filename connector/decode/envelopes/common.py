@@ -107,9 +107,7 @@ def parse_object(buf: bytes, what: str) -> dict[str, bytes]:
     except (msgspec.DecodeError, ValueError) as exc:
         raise Bad(f"{what}: invalid JSON ({exc})") from None
     out = {k: bytes(v) for k, v in decoded.items()}
-    expected = 2 + max(len(out) - 1, 0) + sum(
-        _nonws(msgspec.json.encode(k)) + 1 + _nonws(v) for k, v in out.items()
-    )
+    expected = 2 + max(len(out) - 1, 0) + sum(_nonws(msgspec.json.encode(k)) + 1 + _nonws(v) for k, v in out.items())
     if expected != _nonws(bytes(buf)):
         dup = _duplicate_key(bytes(buf))
         if dup is not None:
@@ -171,7 +169,7 @@ def string_field(d: dict[str, bytes], name: str, where: str) -> str | None:
 def hlc_field(d: dict[str, bytes], name: str, where: str) -> str | None:
     value = string_field(d, name, where)
     if value is not None and not HLC.match(value):
-        raise Bad(f"{where}`{name}` must be an HLC timestamp like \"1701102296662969433.0000000000\", got {value!r}")
+        raise Bad(f'{where}`{name}` must be an HLC timestamp like "1701102296662969433.0000000000", got {value!r}')
     return value
 
 

@@ -40,12 +40,7 @@ def unwrap(top: dict[str, bytes], body: bytes, ctx: Context) -> Unwrapped | list
         if value_raw[:1] != b"{":
             raise Bad(f"Pub/Sub wrapper `Value` must be a JSON object, got {kind_of(value_raw)} {short(value_raw)}")
         return Unwrapped(parse_object(value_raw, "`Value`"), value_raw, _key(top.get("Key")), topic)
-    if (
-        "value" in top
-        and set(top) <= _LEGACY_KEYS
-        and top["value"][:1] == b"{"
-        and ctx.envelope not in ("row", "bare")
-    ):
+    if "value" in top and set(top) <= _LEGACY_KEYS and top["value"][:1] == b"{" and ctx.envelope not in ("row", "bare"):
         topic = string_field(top, "topic", "legacy Pub/Sub wrapper ")
         value_raw = top["value"]
         return Unwrapped(parse_object(value_raw, "`value`"), value_raw, _key(top.get("key")), topic)

@@ -23,7 +23,8 @@ def batch_of(offset: dict | None) -> int | None:
     except (KeyError, TypeError, ValueError):
         raise ValueError(
             f"crdb_pubsub: offset {offset!r} was not written by this source (expected {{'batch': N}}); "
-            "was the checkpoint location used by another source?") from None
+            "was the checkpoint location used by another source?"
+        ) from None
 
 
 def offset_of(batch_id: int, run: str | None) -> dict:

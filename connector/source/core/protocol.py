@@ -96,8 +96,13 @@ class OffsetProtocol:
         opts = self._opts
         ledger = recovered = None
         if opts.stateDir:
-            ledger = Ledger(opts.stateDir, wait_seconds=STATE_DIR_WAIT_SECONDS, window_seconds=PROVEN_MEMORY_SECONDS,
-                            unconfirmed_seconds=UNPROVEN_MEMORY_SECONDS, run=run)
+            ledger = Ledger(
+                opts.stateDir,
+                wait_seconds=STATE_DIR_WAIT_SECONDS,
+                window_seconds=PROVEN_MEMORY_SECONDS,
+                unconfirmed_seconds=UNPROVEN_MEMORY_SECONDS,
+                run=run,
+            )
             try:
                 ledger.check_subscriptions(opts.subscription_paths)
                 recovered = ledger.recover()
@@ -139,7 +144,8 @@ class OffsetProtocol:
         elif run != self._run:
             raise ValueError(
                 f"crdb_pubsub: Spark named offset {offset!r} of query run {run}, but this reader serves run "
-                f"{self._run}; was the checkpoint location used by another query?")
+                f"{self._run}; was the checkpoint location used by another query?"
+            )
 
     def _ensure_run(self) -> None:
         if self._run is None:
@@ -187,9 +193,13 @@ class OffsetProtocol:
             if self._cutoff_us is not None and self._mode.available_now_over(base):
                 # The run ends with this answer: acknowledgements must reach Pub/Sub first.
                 if not self._mode.end_available_now(ACK_FLUSH_SECONDS):
-                    log.warning("some acknowledgements were not answered within %.0f s; %s", ACK_FLUSH_SECONDS,
-                                "they are remembered in the stateDir" if self._ledger else
-                                "their messages may be delivered again (set stateDir to recognise them)")
+                    log.warning(
+                        "some acknowledgements were not answered within %.0f s; %s",
+                        ACK_FLUSH_SECONDS,
+                        "they are remembered in the stateDir"
+                        if self._ledger
+                        else "their messages may be delivered again (set stateDir to recognise them)",
+                    )
                 self._cutoff_us = None
                 self._mode.set_cutoff(None)
                 return offset_of(base, self._run)
@@ -215,8 +225,10 @@ class OffsetProtocol:
                         self._warned_unreplayable.add(bid)
                         log.warning(
                             "batch %d was planned by an earlier process and %s: it yields no rows now; its messages "
-                            "were never acknowledged, so Pub/Sub delivers them again into later batches", bid,
-                            "the stateDir has no record of it" if self._opts.stateDir else "no stateDir is set")
+                            "were never acknowledged, so Pub/Sub delivers them again into later batches",
+                            bid,
+                            "the stateDir has no record of it" if self._opts.stateDir else "no stateDir is set",
+                        )
                     continue
                 out.extend((bid, i, x) for i, x in enumerate(inputs))
             return out

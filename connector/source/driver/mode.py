@@ -34,6 +34,7 @@ log = logging.getLogger("crdb_pubsub.driver")
 FIRST_FILL_SECONDS = 20.0  # the first batch of a process waits at most this long for the backlog
 AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 
+
 @dataclass
 class SealedBatch:
     batch_id: int
@@ -49,8 +50,13 @@ class DriverMode:
     ``_recovered`` need no lock of their own); the receiver's threads never touch them.
     """
 
-    def __init__(self, options: SourceOptions, counters: Counters, *,
-                 receiver_factory: Callable[[SourceOptions, Counters], Receiver] | None = None) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        counters: Counters,
+        *,
+        receiver_factory: Callable[[SourceOptions, Counters], Receiver] | None = None,
+    ) -> None:
         self._opts = options
         self.counters = counters
         self._receiver_factory = receiver_factory or make_receiver
@@ -77,7 +83,8 @@ class DriverMode:
                 f"stateDir {opts.stateDir} holds batch(es) {sorted(recovered.plans)} planned with receiver=executors "
                 "that Spark has not committed; option 'receiver' is 'driver' now. Run the query with "
                 "receiver=executors until they commit (e.g. one Trigger.AvailableNow run), or delete the stateDir "
-                "(Pub/Sub then delivers their messages again)")
+                "(Pub/Sub then delivers their messages again)"
+            )
         receiver = self._receiver_factory(opts, self.counters)
         receiver.open(create_on_topics=opts.topic_paths or None, subscription_filter=opts.filter)
         if recovered is not None:
@@ -88,8 +95,11 @@ class DriverMode:
             for sub, mids, expires_in in recovered.remembered:
                 receiver.remember(sub, mids, expires_in)
             if recovered.pending:
-                log.info("stateDir holds %d planned batch(es) not known to be committed: %s",
-                         len(recovered.pending), sorted(recovered.pending))
+                log.info(
+                    "stateDir holds %d planned batch(es) not known to be committed: %s",
+                    len(recovered.pending),
+                    sorted(recovered.pending),
+                )
         if self._cutoff is not None:
             receiver.set_cutoff(self._cutoff[0])
         receiver.start()
@@ -121,15 +131,19 @@ class DriverMode:
         if unseen:
             if self._ledger is not None:
                 self._ledger.drop(unseen)
-            log.info("batch(es) %s were planned by an earlier process but never reached Spark: their messages "
-                     "go into the next batches", unseen)
+            log.info(
+                "batch(es) %s were planned by an earlier process but never reached Spark: their messages "
+                "go into the next batches",
+                unseen,
+            )
         since = time.monotonic()
         cutoff = int(time.time() * 1_000_000)
         want = limits.max_messages or receiver.flow.max_messages
 
         def ready() -> bool:
-            return (receiver.buffered_count_locked() >= want or receiver.quiet_locked(cutoff, since)
-                    or receiver.flow.full())
+            return (
+                receiver.buffered_count_locked() >= want or receiver.quiet_locked(cutoff, since) or receiver.flow.full()
+            )
 
         receiver.wait(ready, FIRST_FILL_SECONDS)
         receiver.raise_if_failed()
@@ -142,15 +156,19 @@ class DriverMode:
         receiver = self.receiver
 
         def ready() -> bool:
-            return (receiver.buffered_count_locked() > 0 or receiver.quiet_locked(cutoff, since)
-                    or receiver.blocked_by_later_locked())
+            return (
+                receiver.buffered_count_locked() > 0
+                or receiver.quiet_locked(cutoff, since)
+                or receiver.blocked_by_later_locked()
+            )
 
         while not receiver.wait(ready, 1.0):
             receiver.raise_if_failed()
             if receiver.unavailable_for() > AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:
                 raise ReceiverError(
                     f"Pub/Sub has been unavailable for {AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:.0f} s while "
-                    "Trigger.AvailableNow was draining the backlog; nothing was acknowledged that Spark did not commit")
+                    "Trigger.AvailableNow was draining the backlog; nothing was acknowledged that Spark did not commit"
+                )
         return not receiver.has_buffered()
 
     def plan(self, batch_id: int, limits: Limits, ensure_run: Callable[[], None]) -> bool:
@@ -196,6 +214,7 @@ class DriverMode:
 
             def on_answered(unproven: list[tuple[str, str, str]]) -> None:
                 ledger.answered(upto, unproven)
+
         self.receiver.ack(chunks, on_answered)
 
     def end_available_now(self, within: float) -> bool:
@@ -245,8 +264,18 @@ def _chunks_of(table: pa.Table) -> list[Chunk]:
         part = table.take(pa.array(idx, pa.int64()))
         batch = part.select(wire.MESSAGE_SCHEMA.names).combine_chunks().to_batches()[0]
         nbytes, largest = sizes_of(batch)
-        out.append(Chunk(sub, part.column("message_id").to_pylist(), part.column("ack_id").to_pylist(), batch,
-                         nbytes, largest, now, stale=True))
+        out.append(
+            Chunk(
+                sub,
+                part.column("message_id").to_pylist(),
+                part.column("ack_id").to_pylist(),
+                batch,
+                nbytes,
+                largest,
+                now,
+                stale=True,
+            )
+        )
     return out
 
 

@@ -48,16 +48,18 @@ class Sent:
 class Puller:
     """One thread pulling ``sub`` into ``receiver`` until ``stopping`` is set."""
 
-    def __init__(self, receiver: Receiver, rpc: Rpc, flow: FlowControl, sub: str, index: int,
-                 stopping: threading.Event) -> None:
+    def __init__(
+        self, receiver: Receiver, rpc: Rpc, flow: FlowControl, sub: str, index: int, stopping: threading.Event
+    ) -> None:
         self._receiver = receiver
         self._rpc = rpc
         self._flow = flow
         self._sub = sub
         self._index = index
         self._stopping = stopping
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"crdb-pubsub-pull-{sub.rsplit('/', 1)[-1]}-{index}")
+        self.thread = threading.Thread(
+            target=self._run, daemon=True, name=f"crdb-pubsub-pull-{sub.rsplit('/', 1)[-1]}-{index}"
+        )
 
     def start(self) -> None:
         self.thread.start()

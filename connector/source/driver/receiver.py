@@ -81,9 +81,14 @@ class Receiver:
         self.remembered = Remembered(on_evicted=lambda n: self.counters.add("rememberedEvicted", n), clock=clock)
         self.acker = Acker(rpc)
         self.acks: Acknowledgements | None = None  # once the subscriptions are open
-        self.leaser = Leaser(self._renew, lease_seconds=lease_seconds, max_lease_seconds=max_lease_seconds,
-                             on_given_up=lambda n: self.counters.add("leasesExpired", n),
-                             on_extended=lambda n: self.counters.add("leasesExtended", n), clock=clock)
+        self.leaser = Leaser(
+            self._renew,
+            lease_seconds=lease_seconds,
+            max_lease_seconds=max_lease_seconds,
+            on_given_up=lambda n: self.counters.add("leasesExpired", n),
+            on_extended=lambda n: self.counters.add("leasesExtended", n),
+            clock=clock,
+        )
         self._stopping = threading.Event()
         self._pullers: list[Puller] = []
         self._info: dict[str, Subscription] = {}
@@ -119,12 +124,19 @@ class Receiver:
         """
         for i, sub in enumerate(self._subs):
             topic = create_on_topics[i] if create_on_topics else None
-            self._info[sub] = open_subscription(self._rpc, sub, topic, subscription_filter,
-                                                lease_seconds=self._lease_seconds, endpoint=self._endpoint)
-        self.acks = Acknowledgements(self.acker, self.remembered, self.counters,
-                                     exactly_once={s for s, i in self._info.items() if i.exactly_once},
-                                     proven_memory=PROVEN_MEMORY_SECONDS, unproven_memory=UNPROVEN_MEMORY_SECONDS,
-                                     on_unproven=lambda sub: self._cast_shadow(sub, self._clock()), clock=self._clock)
+            self._info[sub] = open_subscription(
+                self._rpc, sub, topic, subscription_filter, lease_seconds=self._lease_seconds, endpoint=self._endpoint
+            )
+        self.acks = Acknowledgements(
+            self.acker,
+            self.remembered,
+            self.counters,
+            exactly_once={s for s, i in self._info.items() if i.exactly_once},
+            proven_memory=PROVEN_MEMORY_SECONDS,
+            unproven_memory=UNPROVEN_MEMORY_SECONDS,
+            on_unproven=lambda sub: self._cast_shadow(sub, self._clock()),
+            clock=self._clock,
+        )
 
     def start(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
         """Start pulling (opening the subscriptions first unless :meth:`open` did)."""
@@ -205,8 +217,9 @@ class Receiver:
         with self._cond:
             self._shadow[sub] = max(self._shadow.get(sub, 0.0), until)
 
-    def accept(self, sub: str, response: Any, reservation: Reservation, puller: int = 0,
-               sent: Sent | None = None) -> None:
+    def accept(
+        self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
+    ) -> None:
         """Sort one Pull response's messages and hold the new ones (``puller``: its slot;
         ``sent``: when its Pull was sent)."""
         now = self._clock()
@@ -282,8 +295,9 @@ class Receiver:
         if dropped:
             self.acker.submit(Job(ACK, sub, dropped))
 
-    def _split_by_scope(self, sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float,
-                        proven: float) -> list[Chunk]:
+    def _split_by_scope(
+        self, sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float, proven: float
+    ) -> list[Chunk]:
         cutoff = self._cutoff_us
         if cutoff is not None:
             later = batch.column(2).to_numpy() > cutoff
@@ -301,8 +315,7 @@ class Receiver:
         return [self._chunk(sub, batch, mids, acks, now, proven)]
 
     @staticmethod
-    def _chunk(sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float,
-               proven: float) -> Chunk:
+    def _chunk(sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float, proven: float) -> Chunk:
         nbytes, largest = sizes_of(batch)
         return Chunk(sub, mids, acks, batch, nbytes, largest, now, proven_until=proven)
 
@@ -334,8 +347,11 @@ class Receiver:
             return
         with self._cond:
             if self._unavailable_since is not None:
-                log.warning("Pub/Sub at %s reachable again after %.1f s", self._endpoint,
-                            self._clock() - self._unavailable_since)
+                log.warning(
+                    "Pub/Sub at %s reachable again after %.1f s",
+                    self._endpoint,
+                    self._clock() - self._unavailable_since,
+                )
             self._unavailable_since = None
 
     # ------------------------------------------------------------------ the mode's side
@@ -548,7 +564,8 @@ class Receiver:
         if self._fatal is not None:
             exc = self._fatal
             raise ReceiverError(
-                f"pulling from Pub/Sub at {self._endpoint} failed: {type(exc).__name__}: {getattr(exc, 'message', exc)}")
+                f"pulling from Pub/Sub at {self._endpoint} failed: {type(exc).__name__}: {getattr(exc, 'message', exc)}"
+            )
 
     def unavailable_for(self) -> float:
         since = self._unavailable_since

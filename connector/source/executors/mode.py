@@ -123,26 +123,40 @@ class ExecutorsMode:
                 f"stateDir {opts.stateDir} holds batch(es) {sorted(recovered.pending)} planned with receiver=driver "
                 "that Spark has not committed; option 'receiver' is 'executors' now. Run the query with "
                 "receiver=driver until they commit (e.g. one Trigger.AvailableNow run), or delete the stateDir "
-                "(Pub/Sub then delivers their messages again)")
+                "(Pub/Sub then delivers their messages again)"
+            )
         rpc = self._given_rpc or rpc_for(opts)
         topics = opts.topic_paths
         for i, sub in enumerate(opts.subscription_paths):
-            self._subs[sub] = open_subscription(rpc, sub, topics[i] if topics else None, opts.filter,
-                                                lease_seconds=opts.ackDeadlineSeconds,
-                                                endpoint=opts.endpoint_description)
+            self._subs[sub] = open_subscription(
+                rpc,
+                sub,
+                topics[i] if topics else None,
+                opts.filter,
+                lease_seconds=opts.ackDeadlineSeconds,
+                endpoint=opts.endpoint_description,
+            )
         self._ledger, self._rpc = ledger, rpc
         self._slice_store = SliceStore(ledger.storage)
         self._committed = recovered.newest_commit
         self._store.drop(recovered.newest_commit)
         self._acker = Acker(rpc)
-        self._acks = Acknowledgements(self._acker, self._remembered, self.counters,
-                                      exactly_once={s for s, i in self._subs.items() if i.exactly_once},
-                                      proven_memory=0.0, unproven_memory=UNPROVEN_MEMORY_SECONDS,
-                                      on_unproven=self._on_unproven)
-        self._leaser = Leaser(self._rpc.modify_ack_deadline, lease_seconds=opts.ackDeadlineSeconds,
-                              max_lease_seconds=opts.maxLeaseDurationSeconds,
-                              on_given_up=lambda n: self.counters.add("leasesExpired", n),
-                              on_extended=lambda n: self.counters.add("leasesExtended", n))
+        self._acks = Acknowledgements(
+            self._acker,
+            self._remembered,
+            self.counters,
+            exactly_once={s for s, i in self._subs.items() if i.exactly_once},
+            proven_memory=0.0,
+            unproven_memory=UNPROVEN_MEMORY_SECONDS,
+            on_unproven=self._on_unproven,
+        )
+        self._leaser = Leaser(
+            self._rpc.modify_ack_deadline,
+            lease_seconds=opts.ackDeadlineSeconds,
+            max_lease_seconds=opts.maxLeaseDurationSeconds,
+            on_given_up=lambda n: self.counters.add("leasesExpired", n),
+            on_extended=lambda n: self.counters.add("leasesExtended", n),
+        )
         self._acker.start()
         self._leaser.start()
         for sub, pairs in recovered.unconfirmed:  # acknowledge again: they may still work
@@ -151,9 +165,11 @@ class ExecutorsMode:
             self._plans.update({bid: Plan.of(raw) for bid, raw in recovered.plans.items()})
         self._scan()
         if self._plans:
-            log.info("stateDir holds batch(es) %s planned and not known to be committed: replayed (or reused) with "
-                     "the slices their tasks recorded, whose messages are not yielded a second time",
-                     sorted(self._plans))
+            log.info(
+                "stateDir holds batch(es) %s planned and not known to be committed: replayed (or reused) with "
+                "the slices their tasks recorded, whose messages are not yielded a second time",
+                sorted(self._plans),
+            )
         self._scanner = threading.Thread(target=self._scan_loop, name="crdb-pubsub-slice-scan", daemon=True)
         self._scanner.start()
 
@@ -180,10 +196,12 @@ class ExecutorsMode:
         assert self._ledger is not None
         ensure_run()
         parts = opts.numPartitions or max(2, len(opts.subscription_paths))
-        plan = Plan(parts=parts,
-                    max_messages=min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages),
-                    max_bytes=min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes),
-                    cutoff_us=self._cutoff_us)
+        plan = Plan(
+            parts=parts,
+            max_messages=min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages),
+            max_bytes=min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes),
+            cutoff_us=self._cutoff_us,
+        )
         # Recorded once: a plan an earlier process recorded for this batch number wins (its tasks
         # may have recorded slices under it, which are this batch's content now).
         recorded = Plan.of(self._ledger.record_plan(batch_id, plan.as_json()))
@@ -215,8 +233,9 @@ class ExecutorsMode:
         # Once a Pull of a subscription timed out, an AvailableNow run's tasks ask with
         # return_immediately: a long Pull that timed out again would cast a new shadow.
         immediate = frozenset(s for s in subs if plan.cutoff_us is not None and s in self._shadow)
-        return orders_of(batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._drop_sets(batch_id),
-                         immediate)
+        return orders_of(
+            batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._drop_sets(batch_id), immediate
+        )
 
     def known(self, after: int, upto: int) -> list[int]:
         with self._lock:
@@ -283,7 +302,11 @@ class ExecutorsMode:
         oldest = min((s.info.oldest_us for s in slices if s.info.oldest_us is not None), default=None)
         now_us = int(time.time() * 1_000_000)
         return {
-            "buffered": 0, "inFlight": held, "laterHeld": later, "heldBytes": 0, "awaitingCommit": held,
+            "buffered": 0,
+            "inFlight": held,
+            "laterHeld": later,
+            "heldBytes": 0,
+            "awaitingCommit": held,
             "rememberedIds": self._remembered.count(),
             "oldestUnackedAgeSeconds": round((now_us - oldest) / 1e6, 3) if oldest is not None else 0.0,
         }
@@ -323,7 +346,8 @@ class ExecutorsMode:
                     f"batch {bid} was committed by Spark but its slice {part} is not in the stateDir "
                     f"({self._store.key(bid, part)}) after {SLICE_VISIBLE_SECONDS:.0f} s; its messages can't be "
                     "acknowledged, so the query stops (is the stateDir one directory that every executor and the "
-                    "driver reach?)")
+                    "driver reach?)"
+                )
             time.sleep(0.5)
 
     def _register(self, bid: int, part: int, table: pa.Table, info: SliceInfo, *, lease: bool) -> _Slice:
@@ -436,8 +460,10 @@ def _chunks(table: pa.Table, mask: np.ndarray, now: float, proven: float) -> lis
     rows: dict[str, list[int]] = {}
     for i, s in enumerate(subs):
         rows.setdefault(s, []).append(i)
-    return [Chunk(sub, [mids[i] for i in idx], [acks[i] for i in idx], None, 0, 0, now, proven_until=proven)
-            for sub, idx in rows.items()]
+    return [
+        Chunk(sub, [mids[i] for i in idx], [acks[i] for i in idx], None, 0, 0, now, proven_until=proven)
+        for sub, idx in rows.items()
+    ]
 
 
 __all__ = ["ExecutorsMode", "ReceiverError"]

@@ -22,8 +22,12 @@ class Plan:
     cutoff_us: int | None = None  # Trigger.AvailableNow: later messages belong to the next run
 
     def as_json(self) -> dict:
-        return {"parts": self.parts, "max_messages": self.max_messages, "max_bytes": self.max_bytes,
-                "cutoff_us": self.cutoff_us}
+        return {
+            "parts": self.parts,
+            "max_messages": self.max_messages,
+            "max_bytes": self.max_bytes,
+            "cutoff_us": self.cutoff_us,
+        }
 
     @classmethod
     def of(cls, raw: dict) -> Plan:
@@ -32,7 +36,7 @@ class Plan:
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
         """The subscriptions task ``index`` pulls: each task one, round robin, or several each when
         there are more subscriptions than tasks."""
-        return tuple(subs[index::self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
+        return tuple(subs[index :: self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
 
 
 @dataclass(frozen=True)
@@ -57,19 +61,35 @@ class SliceOrder:
     drop: dict[str, IdSet] = field(default_factory=dict)
 
 
-def orders_of(batch_id: int, plan: Plan, subs: list[str], deadlines: dict[str, int], lease_seconds: int,
-              drop: dict[str, IdSet], immediate: frozenset[str] = frozenset()) -> list[SliceOrder]:
+def orders_of(
+    batch_id: int,
+    plan: Plan,
+    subs: list[str],
+    deadlines: dict[str, int],
+    lease_seconds: int,
+    drop: dict[str, IdSet],
+    immediate: frozenset[str] = frozenset(),
+) -> list[SliceOrder]:
     """The orders of ``plan``'s tasks."""
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
     out = []
     for i in range(plan.parts):
         mine = plan.subscriptions(i, subs)
-        out.append(SliceOrder(
-            batch_id=batch_id, index=i, parts=plan.parts, subscriptions=mine,
-            max_messages=max(1, math.ceil(plan.max_messages / plan.parts)),
-            max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
-            seconds=seconds, deadlines={s: deadlines.get(s, 10) for s in mine}, lease_seconds=lease_seconds,
-            cutoff_us=plan.cutoff_us, immediate=tuple(s for s in mine if s in immediate),
-            drop={s: drop[s] for s in mine if s in drop and len(drop[s])}))
+        out.append(
+            SliceOrder(
+                batch_id=batch_id,
+                index=i,
+                parts=plan.parts,
+                subscriptions=mine,
+                max_messages=max(1, math.ceil(plan.max_messages / plan.parts)),
+                max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
+                seconds=seconds,
+                deadlines={s: deadlines.get(s, 10) for s in mine},
+                lease_seconds=lease_seconds,
+                cutoff_us=plan.cutoff_us,
+                immediate=tuple(s for s in mine if s in immediate),
+                drop={s: drop[s] for s in mine if s in drop and len(drop[s])},
+            )
+        )
     return out

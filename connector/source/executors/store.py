@@ -102,13 +102,19 @@ class SliceStore:
 
         Raises :class:`SliceConflict` (naming the holder) if it is still held then.
         """
-        lease = Lease(self.storage, f"{self._dir(batch_id)}{partition:05d}.claim", ttl=CLAIM_TTL_SECONDS,
-                      margin=CLAIM_MARGIN_SECONDS)
+        lease = Lease(
+            self.storage,
+            f"{self._dir(batch_id)}{partition:05d}.claim",
+            ttl=CLAIM_TTL_SECONDS,
+            margin=CLAIM_MARGIN_SECONDS,
+        )
         try:
             lease.acquire(wait, poll=0.25, gone=gone_from_this_host)
         except LeaseHeld as exc:
-            raise SliceConflict(f"crdb_pubsub: another attempt of batch {batch_id} partition {partition} still holds "
-                                f"its claim ({exc}); this attempt fails so that the batch does not read twice") from None
+            raise SliceConflict(
+                f"crdb_pubsub: another attempt of batch {batch_id} partition {partition} still holds "
+                f"its claim ({exc}); this attempt fails so that the batch does not read twice"
+            ) from None
         lease.start_renewing()
         return lease
 
@@ -145,7 +151,7 @@ class SliceStore:
         prefix = self._dir(batch_id)
         out = []
         for key in self.storage.list(prefix):
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             if name.endswith(".arrow") and name[:-6].isdigit():
                 out.append(int(name[:-6]))
         return sorted(out)
@@ -158,7 +164,7 @@ class SliceStore:
     def drop(self, upto: int) -> None:
         """Delete the slices of every batch ``<= upto`` (a listing: used once, at start)."""
         prefix = f"{ROOT}/slices/"
-        batches = {key[len(prefix):].split("/", 1)[0] for key in self.storage.list(prefix)}
+        batches = {key[len(prefix) :].split("/", 1)[0] for key in self.storage.list(prefix)}
         for name in batches:
             if name.isdigit() and int(name) <= upto:
                 self.storage.delete_prefix(f"{prefix}{name}/")

@@ -86,12 +86,16 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
             keeper.extend(chunks, order.lease_seconds)
 
 
-def _pull_and_record(options: SourceOptions, order: SliceOrder, store: SliceStore, claim: Lease
-                     ) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
+def _pull_and_record(
+    options: SourceOptions, order: SliceOrder, store: SliceStore, claim: Lease
+) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
     rpc = _rpc(options)
-    keeper = Leaser(rpc.modify_ack_deadline, lease_seconds=order.lease_seconds,
-                    max_lease_seconds=max(order.lease_seconds, options.maxLeaseDurationSeconds),
-                    name=f"crdb-pubsub-task-leaser-{order.batch_id}-{order.index}")
+    keeper = Leaser(
+        rpc.modify_ack_deadline,
+        lease_seconds=order.lease_seconds,
+        max_lease_seconds=max(order.lease_seconds, options.maxLeaseDurationSeconds),
+        name=f"crdb-pubsub-task-leaser-{order.batch_id}-{order.index}",
+    )
     keeper.start()
     pulled = _Pulled(order, keeper)
     try:
@@ -141,8 +145,9 @@ class _Pulled:
         self.seen: dict[str, set[str]] = {}
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
 
-    def add(self, sub: str, ack_ids: list[str], mids: list[str], batch: pa.RecordBatch, roles: np.ndarray,
-            sent: float) -> None:
+    def add(
+        self, sub: str, ack_ids: list[str], mids: list[str], batch: pa.RecordBatch, roles: np.ndarray, sent: float
+    ) -> None:
         deadline = self.order.deadlines.get(sub, 10)
         c = Chunk(sub, mids, ack_ids, batch, 0, 0, time.monotonic(), proven_until=sent + deadline)
         self.chunks.append(c)
@@ -166,8 +171,13 @@ class _Pulled:
             c.state = DONE
         n = sum(len(c) for c in gone)
         self.handed_back += n
-        log.warning("%d pulled message(s) of batch %d partition %d had leases that may have lapsed (Pub/Sub "
-                    "unreachable?): handed back, not recorded", n, self.order.batch_id, self.order.index)
+        log.warning(
+            "%d pulled message(s) of batch %d partition %d had leases that may have lapsed (Pub/Sub "
+            "unreachable?): handed back, not recorded",
+            n,
+            self.order.batch_id,
+            self.order.index,
+        )
         keep = [i for i in range(len(self.chunks)) if i not in set(lapsed)]
         self.chunks = [self.chunks[i] for i in keep]
         self.batches = [self.batches[i] for i in keep]
@@ -187,8 +197,9 @@ class _Pulled:
             if found is None:
                 continue
             acks, _ = found
-            for sub, ids in group_by_subscription(zip(acks.column("sub").to_pylist(),
-                                                      acks.column("message_id").to_pylist())).items():
+            for sub, ids in group_by_subscription(
+                zip(acks.column("sub").to_pylist(), acks.column("message_id").to_pylist())
+            ).items():
                 others.setdefault(sub, []).extend(ids)
         if not others:
             return
@@ -205,8 +216,9 @@ class _Pulled:
         messages = pa.Table.from_batches(self.batches, schema=MESSAGE_SCHEMA)
         subs = pa.array([c.sub for c in self.chunks for _ in range(len(c))], pa.string())
         acks = pa.array([a for c in self.chunks for a in c.ack_ids], pa.string())
-        return pa.Table.from_arrays([subs, acks, *messages.columns, pa.array(np.concatenate(self.roles), pa.int8())],
-                                    schema=SLICE_SCHEMA)
+        return pa.Table.from_arrays(
+            [subs, acks, *messages.columns, pa.array(np.concatenate(self.roles), pa.int8())], schema=SLICE_SCHEMA
+        )
 
     def info(self) -> SliceInfo:
         kept = oldest = None
@@ -222,11 +234,18 @@ class _Pulled:
         for c, roles in zip(self.chunks, self.roles):
             kept_by_sub[c.sub] = kept_by_sub.get(c.sub, 0) + int((roles == KEEP).sum())
         return SliceInfo(
-            rows=sum(len(c) for c in self.chunks), kept=kept or 0, oldest_us=oldest,
-            pulled_at=self.pulled_at or wall, proven_until=wall + (proven - mono), handed_back=self.handed_back,
-            subs={s: SubscriptionPull(e.last, e.last_sent, e.shadow_until, e.unavailable, kept_by_sub.get(s, 0))
-                  for s, e in self.evidence.items()},
-            pull_errors=sum(e.errors for e in self.evidence.values()))
+            rows=sum(len(c) for c in self.chunks),
+            kept=kept or 0,
+            oldest_us=oldest,
+            pulled_at=self.pulled_at or wall,
+            proven_until=wall + (proven - mono),
+            handed_back=self.handed_back,
+            subs={
+                s: SubscriptionPull(e.last, e.last_sent, e.shadow_until, e.unavailable, kept_by_sub.get(s, 0))
+                for s, e in self.evidence.items()
+            },
+            pull_errors=sum(e.errors for e in self.evidence.values()),
+        )
 
     def hand_back(self, rpc: Rpc) -> None:
         _hand_back(rpc, [c for c in self.chunks if c.state != DONE])
@@ -238,8 +257,7 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk]) -> None:
         try:
             rpc.modify_ack_deadline(sub, ids, 0, total=5.0)
         except Exception:  # noqa: BLE001 - best effort: the leases lapse anyway
-            log.warning("handing %d message(s) back to %s failed; they return when their leases lapse",
-                        len(ids), sub)
+            log.warning("handing %d message(s) back to %s failed; they return when their leases lapse", len(ids), sub)
 
 
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
@@ -255,8 +273,15 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             return
         sub = open_subs[turn % len(open_subs)]
         turn += 1
-        answer = _one_pull(rpc, sub, min(MAX_PER_PULL, order.max_messages - out.kept), left, out.evidence[sub],
-                           order.deadlines.get(sub, 10), sub in order.immediate)
+        answer = _one_pull(
+            rpc,
+            sub,
+            min(MAX_PER_PULL, order.max_messages - out.kept),
+            left,
+            out.evidence[sub],
+            order.deadlines.get(sub, 10),
+            sub in order.immediate,
+        )
         if answer is None:  # the time ran out waiting
             return
         response, sent_mono, sent_wall = answer
@@ -266,8 +291,9 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             open_subs.remove(sub)
 
 
-def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evidence, deadline: int,
-              immediately: bool = False) -> tuple[Any, float, float] | None:
+def _one_pull(
+    rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evidence, deadline: int, immediately: bool = False
+) -> tuple[Any, float, float] | None:
     """One answer from ``sub`` (possibly empty) with the monotonic and wall time its Pull was
     sent; ``None`` when ``left`` ran out first. A Pull that timed out or failed casts a shadow:
     it may have leased messages to nobody until the subscription's ack deadline has passed."""
@@ -303,8 +329,9 @@ def _one_pull(rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evi
         return response, sent_mono, sent_wall
 
 
-def _accept(rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled, sent_mono: float,
-            sent_wall: float) -> bool:
+def _accept(
+    rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled, sent_mono: float, sent_wall: float
+) -> bool:
     """Add one answer's messages; False when ``sub`` has nothing more for this slice."""
     ack_ids, mids, batch = pulled_batch(response)
     evidence = out.evidence[sub]
@@ -374,8 +401,12 @@ def _storage(state_dir: str) -> Storage:
 def _rpc(options: SourceOptions) -> Rpc:
     """One client per Python worker and endpoint (Spark reuses workers across tasks)."""
     kwargs = options.credential_kwargs()
-    key = (options.effective_emulator_host, options.endpoint, hash(kwargs["credentials_json"]),
-           kwargs["credentials_file"])
+    key = (
+        options.effective_emulator_host,
+        options.endpoint,
+        hash(kwargs["credentials_json"]),
+        kwargs["credentials_file"],
+    )
     rpc = _RPCS.get(key)
     if rpc is None:
         rpc = _RPCS[key] = rpc_for(options)

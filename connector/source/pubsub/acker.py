@@ -104,7 +104,14 @@ class Acker:
             result = AckResult(failed=dict.fromkeys(job.ack_ids, reason))
         if result.failed:
             first = next(iter(result.failed.values()))
-            log.warning("%s of %d message(s) on %s failed (%s)%s", "acknowledging" if job.kind == ACK else "handing back",
-                        len(result.failed), job.sub, first,
-                        "; they stay remembered and are acknowledged when Pub/Sub delivers them again" if job.kind == ACK else "")
+            log.warning(
+                "%s of %d message(s) on %s failed (%s)%s",
+                "acknowledging" if job.kind == ACK else "handing back",
+                len(result.failed),
+                job.sub,
+                first,
+                "; they stay remembered and are acknowledged when Pub/Sub delivers them again"
+                if job.kind == ACK
+                else "",
+            )
         return result

@@ -53,9 +53,18 @@ class Acknowledgements:
     ``_Commit`` collects one commit's answers under its own (leaf) lock.
     """
 
-    def __init__(self, acker: Acker, remembered: Remembered, counters: Counters, *, exactly_once: set[str],
-                 proven_memory: float, unproven_memory: float, on_unproven: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        acker: Acker,
+        remembered: Remembered,
+        counters: Counters,
+        *,
+        exactly_once: set[str],
+        proven_memory: float,
+        unproven_memory: float,
+        on_unproven: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.acker = acker
         self.remembered = remembered
         self._counters = counters
@@ -95,7 +104,9 @@ class Acknowledgements:
         self.remembered.add(sub, [m for m, _ in pairs], self._clock() + self._unproven_memory)
         self.acker.submit(Job(ACK, sub, [a for _, a in pairs]))
 
-    def _answer(self, sub: str, chunks: list[Chunk], gen: Generation | None, commit: _Commit) -> Callable[[AckResult], None]:
+    def _answer(
+        self, sub: str, chunks: list[Chunk], gen: Generation | None, commit: _Commit
+    ) -> Callable[[AckResult], None]:
         def done(result: AckResult) -> None:
             answered = self._clock()
             exactly_once = sub in self._exactly_once
@@ -119,6 +130,7 @@ class Acknowledgements:
             if not self._proven_memory:
                 self.remembered.forget(sub, gen)
             commit.done(unproven)
+
         return done
 
 

@@ -52,9 +52,19 @@ class Chunk:
         "sub",
     )
 
-    def __init__(self, sub: str, message_ids: list[str], ack_ids: list[str], batch: pa.RecordBatch | None,
-                 nbytes: int, largest: int, first_received: float, *, stale: bool = False,
-                 proven_until: float = 0.0) -> None:
+    def __init__(
+        self,
+        sub: str,
+        message_ids: list[str],
+        ack_ids: list[str],
+        batch: pa.RecordBatch | None,
+        nbytes: int,
+        largest: int,
+        first_received: float,
+        *,
+        stale: bool = False,
+        proven_until: float = 0.0,
+    ) -> None:
         self.sub = sub
         self.message_ids = message_ids
         self.ack_ids = ack_ids
@@ -112,8 +122,9 @@ class Chunk:
         out = []
         for part, lo, hi in ((head_batch, 0, n), (tail_batch, n, len(self))):
             nbytes, largest = sizes_of(part)
-            c = Chunk(self.sub, self.message_ids[lo:hi], self.ack_ids[lo:hi], part, nbytes, largest,
-                      self.first_received)
+            c = Chunk(
+                self.sub, self.message_ids[lo:hi], self.ack_ids[lo:hi], part, nbytes, largest, self.first_received
+            )
             c.stale = {i - lo for i in self.stale if lo <= i < hi}
             c.lease_until, c.renew_at, c.given_up, c.state = self.lease_until, self.renew_at, self.given_up, self.state
             c.proven_until = self.proven_until

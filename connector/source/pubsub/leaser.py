@@ -141,7 +141,9 @@ class Leaser:
                 self._warned = True
                 log.warning(
                     "messages held longer than maxLeaseDurationSeconds=%d: their leases are no longer extended and "
-                    "Pub/Sub will deliver them again (at-least-once)", self._max_lease_seconds)
+                    "Pub/Sub will deliver them again (at-least-once)",
+                    self._max_lease_seconds,
+                )
         for sub, chunks in due.items():
             if self._stop.is_set():
                 return
@@ -168,5 +170,9 @@ class Leaser:
                         c.proven_until = max(c.proven_until, sent + seconds)
         self._on_extended(extended)
         if failed:
-            log.warning("extending the lease of %d message(s) on %s failed (%s); they may be delivered again",
-                        len(failed), sub, next(iter(failed.values())))
+            log.warning(
+                "extending the lease of %d message(s) on %s failed (%s); they may be delivered again",
+                len(failed),
+                sub,
+                next(iter(failed.values())),
+            )

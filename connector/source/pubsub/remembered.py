@@ -161,8 +161,13 @@ class _Ids:
 class Remembered:
     """``(subscription, message id)`` pairs acknowledged recently, each with its own expiry."""
 
-    def __init__(self, *, max_ids: int | None = None, on_evicted: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_ids: int | None = None,
+        on_evicted: Callable[[int], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         import time
 
         self._lock = threading.Lock()
@@ -206,8 +211,9 @@ class Remembered:
         evicted = 0
         while total > self._max_ids:
             # The generation nearest its expiry goes first: it would have been forgotten soonest.
-            sub_ids = min((ids for ids in self._subs.values() if ids.generations),
-                          key=lambda ids: ids.generations[0].expires_at)
+            sub_ids = min(
+                (ids for ids in self._subs.values() if ids.generations), key=lambda ids: ids.generations[0].expires_at
+            )
             gen = sub_ids.generations.pop(0)
             total -= gen.count()
             evicted += gen.count()
@@ -216,8 +222,11 @@ class Remembered:
                 self._on_evicted(evicted)
             if not self._warned:
                 self._warned = True
-                log.warning("more than %d acknowledged message ids to remember: the oldest are forgotten, and a "
-                            "redelivery of one of them is read again (at-least-once)", self._max_ids)
+                log.warning(
+                    "more than %d acknowledged message ids to remember: the oldest are forgotten, and a "
+                    "redelivery of one of them is read again (at-least-once)",
+                    self._max_ids,
+                )
 
     def seen(self, sub: str, mids: Sequence[str], now: float) -> list[bool]:
         """For each id: was it acknowledged and is it still remembered? (One binary search per

@@ -26,8 +26,9 @@ class Subscription:
     ordered: bool  # a key's next messages wait while one of them is outstanding
 
 
-def open_subscription(rpc: Rpc, sub: str, topic: str | None, wanted_filter: str | None, *, lease_seconds: int,
-                      endpoint: str) -> Subscription:
+def open_subscription(
+    rpc: Rpc, sub: str, topic: str | None, wanted_filter: str | None, *, lease_seconds: int, endpoint: str
+) -> Subscription:
     """Check ``sub`` (creating it on ``topic`` when given and missing).
 
     Raises :class:`ReceiverError` when Pub/Sub refuses it or can't be reached.
@@ -41,7 +42,8 @@ def open_subscription(rpc: Rpc, sub: str, topic: str | None, wanted_filter: str 
             if not topic:
                 raise ReceiverError(
                     f"subscription {sub} does not exist at {endpoint}; create it, or set option "
-                    "'topic' to have it created on that topic") from None
+                    "'topic' to have it created on that topic"
+                ) from None
             try:
                 info = rpc.create_subscription(sub, topic, max(10, min(600, lease_seconds)), wanted_filter)
                 log.info("created subscription %s on %s", sub, topic)
@@ -60,12 +62,18 @@ def open_subscription(rpc: Rpc, sub: str, topic: str | None, wanted_filter: str 
     except Exception as exc:  # noqa: BLE001 - transient errors outlasted the start deadline
         raise ReceiverError(
             f"cannot reach Pub/Sub at {endpoint} to open {sub} (gave up after "
-            f"{START_TIMEOUT_SECONDS:.0f} s): {type(exc).__name__}: {getattr(exc, 'message', exc)}") from None
+            f"{START_TIMEOUT_SECONDS:.0f} s): {type(exc).__name__}: {getattr(exc, 'message', exc)}"
+        ) from None
     have = getattr(info, "filter", "") or None
     if wanted_filter is not None and have != wanted_filter:
         # Pub/Sub filters can't be changed: reading it anyway would read other messages.
-        raise ReceiverError(f"subscription {sub} exists with filter {have!r}, not the option's filter "
-                            f"{wanted_filter!r}; filters are immutable: use another subscription name")
-    return Subscription(sub, int(getattr(info, "ack_deadline_seconds", 0) or 10),
-                        bool(getattr(info, "enable_exactly_once_delivery", False)),
-                        bool(getattr(info, "enable_message_ordering", False)))
+        raise ReceiverError(
+            f"subscription {sub} exists with filter {have!r}, not the option's filter "
+            f"{wanted_filter!r}; filters are immutable: use another subscription name"
+        )
+    return Subscription(
+        sub,
+        int(getattr(info, "ack_deadline_seconds", 0) or 10),
+        bool(getattr(info, "enable_exactly_once_delivery", False)),
+        bool(getattr(info, "enable_message_ordering", False)),
+    )

@@ -53,7 +53,9 @@ log = logging.getLogger("crdb_pubsub.ledger")
 FORMAT = 3
 ROOT = "v3"
 BATCH_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("ack_id", pa.string()), *MESSAGE_SCHEMA])
-ACKED_SCHEMA = pa.schema([pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())])
+ACKED_SCHEMA = pa.schema(
+    [pa.field("sub", pa.string()), pa.field("message_id", pa.string()), pa.field("ack_id", pa.string())]
+)
 
 # The single-writer lease: renewed every LOCK_TTL_SECONDS / 3; another process takes it over once
 # it is LOCK_MARGIN_SECONDS past its expiry (a holder on this host whose process is gone at once).
@@ -136,9 +138,17 @@ class Ledger:
     leaf lock except for the lease's own (taken under it by every fenced write).
     """
 
-    def __init__(self, state_dir: str | Storage, *, wait_seconds: float, window_seconds: float,
-                 unconfirmed_seconds: float, run: str | None = None, wall: Callable[[], float] = time.time,
-                 max_unconfirmed: int = 20_000_000) -> None:
+    def __init__(
+        self,
+        state_dir: str | Storage,
+        *,
+        wait_seconds: float,
+        window_seconds: float,
+        unconfirmed_seconds: float,
+        run: str | None = None,
+        wall: Callable[[], float] = time.time,
+        max_unconfirmed: int = 20_000_000,
+    ) -> None:
         """Take the stateDir's lease, waiting up to ``wait_seconds`` for its holder to release it.
 
         ``run``: the query run Spark named in the call that opened the ledger, if it named one.
@@ -161,8 +171,11 @@ class Ledger:
         self._lease.start_renewing()
         try:
             if self.storage.list("v2/") or self.storage.list("v1/"):
-                log.warning("stateDir %s holds state of an older version (v1/v2) that this version does not read; "
-                            "its pending batches will be delivered again by Pub/Sub", self._where)
+                log.warning(
+                    "stateDir %s holds state of an older version (v1/v2) that this version does not read; "
+                    "its pending batches will be delivered again by Pub/Sub",
+                    self._where,
+                )
         except Exception:  # noqa: BLE001 - only a warning depends on it
             pass
 
@@ -185,15 +198,21 @@ class Ledger:
             if now >= end:
                 raise StateDirError(
                     f"stateDir {self._where} is in use by another running query{_describe_holder(holder)} (waited "
-                    f"{wait_seconds:.0f} s for it to be released); each query needs its own stateDir") from None
+                    f"{wait_seconds:.0f} s for it to be released); each query needs its own stateDir"
+                ) from None
             if not warned:
                 warned = True
-                log.info("stateDir %s is still held, probably by the previous run of this query that is "
-                         "shutting down; waiting up to %.0f s", self._where, wait_seconds)
+                log.info(
+                    "stateDir %s is still held, probably by the previous run of this query that is "
+                    "shutting down; waiting up to %.0f s",
+                    self._where,
+                    wait_seconds,
+                )
             time.sleep(0.25)
 
-    def _end_stale_holder(self, holder: dict, run: str, asked: tuple[int, float] | None,
-                          now: float) -> tuple[int, float] | None:
+    def _end_stale_holder(
+        self, holder: dict, run: str, asked: tuple[int, float] | None, now: float
+    ) -> tuple[int, float] | None:
         """End the holder if it is a reader of this driver serving ``run``: its run has ended, its
         process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
         :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
@@ -203,13 +222,21 @@ class Ledger:
         if not isinstance(pid, int) or meta is None or meta.get("run") != run or not stale_sibling(pid):
             return asked
         if asked is None or asked[0] != pid:
-            log.warning("stateDir %s is still held by pid %d, a reader of this query run (%s) that Spark ended but "
-                        "that did not exit; asking it to end", self._where, pid, run)
+            log.warning(
+                "stateDir %s is still held by pid %d, a reader of this query run (%s) that Spark ended but "
+                "that did not exit; asking it to end",
+                self._where,
+                pid,
+                run,
+            )
             end_process(pid, kill=False)
             return pid, now
         if now - asked[1] >= KILL_AFTER_SECONDS:
-            log.warning("pid %d did not end within %.0f s; killing it (the stateDir stays consistent, as after a "
-                        "crash)", pid, KILL_AFTER_SECONDS)
+            log.warning(
+                "pid %d did not end within %.0f s; killing it (the stateDir stays consistent, as after a crash)",
+                pid,
+                KILL_AFTER_SECONDS,
+            )
             end_process(pid, kill=True)
             return pid, float("inf")  # asked once more only if another holder appears
         return asked
@@ -229,16 +256,21 @@ class Ledger:
         try:
             self._lease.release()
         except Exception as exc:  # noqa: BLE001 - the lease expires anyway
-            log.warning("releasing the stateDir %s failed (%s); the next process takes it over when it expires",
-                        self._where, exc)
+            log.warning(
+                "releasing the stateDir %s failed (%s); the next process takes it over when it expires",
+                self._where,
+                exc,
+            )
 
     def _fenced(self, write: Callable[[], object]) -> object:
         """Run one write while holding the lease; a process that lost it must not write."""
         try:
             return write()
         except LeaseLost as exc:
-            raise StateDirError(f"stateDir {self._where}: this process no longer holds it ({exc}); another process "
-                                "took it over, so this one stops writing") from None
+            raise StateDirError(
+                f"stateDir {self._where}: this process no longer holds it ({exc}); another process "
+                "took it over, so this one stops writing"
+            ) from None
 
     def _create(self, key: str, data: bytes) -> bool:
         return bool(self._fenced(lambda: self._lease.create(key, data)))
@@ -252,8 +284,9 @@ class Ledger:
         try:
             return json.loads(found[0])
         except ValueError:
-            raise StateDirError(f"stateDir {self._where}: META.json is unreadable; delete the stateDir to start "
-                                "over") from None
+            raise StateDirError(
+                f"stateDir {self._where}: META.json is unreadable; delete the stateDir to start over"
+            ) from None
 
     def has_committed_history(self) -> bool:
         return self._newest_commit >= 0 or any(k.endswith(".arrow") for k in self.storage.list(f"{ROOT}/acked/"))
@@ -266,7 +299,8 @@ class Ledger:
             raise StateDirError(
                 f"stateDir {self._where} belongs to a query reading subscription(s) "
                 f"{', '.join(meta.get('subscriptions', []))}; this query reads {', '.join(subs)}. "
-                "Give each query its own stateDir")
+                "Give each query its own stateDir"
+            )
 
     def claim(self, run: str | None, subscriptions: Sequence[str], *, fresh: bool = False) -> None:
         """Tie the directory to this query run and its subscriptions, or refuse with a clear error.
@@ -287,9 +321,14 @@ class Ledger:
             if self.has_committed_history():
                 raise StateDirError(
                     f"stateDir {self._where} belongs to another query (run {recorded}"
-                    + (f"; this query's checkpoint names run {run}" if run and not fresh else "; this query starts from a new checkpoint")
+                    + (
+                        f"; this query's checkpoint names run {run}"
+                        if run and not fresh
+                        else "; this query starts from a new checkpoint"
+                    )
                     + "): it holds that query's committed batches. Give each query (each checkpointLocation) its own "
-                    "stateDir, or delete the directory if the other query is gone for good")
+                    "stateDir, or delete the directory if the other query is gone for good"
+                )
         if run is None:
             return
         data = json.dumps({"format": FORMAT, "run": run, "subscriptions": sorted(subscriptions)}, indent=1).encode()
@@ -303,8 +342,10 @@ class Ledger:
         """Make a planned batch durable before its offset is handed to Spark."""
         key = _batch(batch_id)
         if not self._create(key, _ipc(table, BATCH_SCHEMA)):
-            raise StateDirError(f"stateDir {self._where} already holds batch {batch_id} ({key}); it was not expected "
-                                "there: is another process writing to this stateDir?")
+            raise StateDirError(
+                f"stateDir {self._where} already holds batch {batch_id} ({key}); it was not expected "
+                "there: is another process writing to this stateDir?"
+            )
         with self._lock:
             self._pending.add(key)
 
@@ -390,8 +431,12 @@ class Ledger:
         for bid, key, n in unconfirmed:  # oldest first
             if total <= self._max_unconfirmed:
                 break
-            log.warning("stateDir %s holds more than %d unconfirmed acknowledgements: forgetting the oldest "
-                        "(batch %d's)", self._where, self._max_unconfirmed, bid)
+            log.warning(
+                "stateDir %s holds more than %d unconfirmed acknowledgements: forgetting the oldest (batch %d's)",
+                self._where,
+                self._max_unconfirmed,
+                bid,
+            )
             doomed.append(key)
             total -= n
         if doomed:
@@ -449,12 +494,16 @@ class Ledger:
                 out.pending[bid] = _read_table(self.storage, key)
                 self._pending.add(key)
             except Exception as exc:  # noqa: BLE001
-                log.error("stateDir object %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
-                          "its messages again", key, exc, bid)
+                log.error(
+                    "stateDir object %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
+                    "its messages again",
+                    key,
+                    exc,
+                    bid,
+                )
         if stale:
             self._fenced(lambda: self._lease.delete(stale))
         return out
-
 
     def _recovered_table(self, key: str) -> pa.Table | None:
         try:
@@ -487,8 +536,9 @@ def _acked_table(rows: Sequence[tuple[str, str, str]] | pa.Table, acked_at: floa
     if isinstance(rows, pa.Table):
         return pa.Table.from_arrays(rows.columns, schema=schema)
     subs, mids, acks = (list(col) for col in zip(*rows))
-    return pa.table([pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())],
-                    schema=schema)
+    return pa.table(
+        [pa.array(subs, pa.string()), pa.array(mids, pa.string()), pa.array(acks, pa.string())], schema=schema
+    )
 
 
 def _by_sub(table: pa.Table, *, with_ack_ids: bool) -> list:
@@ -512,7 +562,9 @@ def _describe_holder(holder: dict) -> str:
     if host == socket.gethostname():
         try:  # what that process is and what it is doing, e.g. "D (disk sleep)" or "S (sleeping)"
             status = Path(f"/proc/{pid}/status").read_text()
-            state = next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("State:")), "?")
+            state = next(
+                (line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("State:")), "?"
+            )
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
             # The program and its module only: the rest of a command line may carry secrets.
             what = os.path.basename(argv[0]) + (f" -m {argv[2]}" if len(argv) > 2 and argv[1] == "-m" else "")

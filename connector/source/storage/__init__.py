@@ -115,8 +115,7 @@ class Storage(Protocol):
         """
         ...
 
-    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None
-             ) -> int | None:
+    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None) -> int | None:
         """Compare-and-swap: replace the object at ``key`` with ``data`` only if its version is
         ``expected`` (``expected=0``: only if there is no object).
 
@@ -150,8 +149,10 @@ def open_storage(url_or_path: str) -> Storage:
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"stateDir {_safe(value)!r}: a file:// URL names a local path "
-                             "(file:///path); for Cloud Storage use gs://bucket/prefix")
+            raise ValueError(
+                f"stateDir {_safe(value)!r}: a file:// URL names a local path "
+                "(file:///path); for Cloud Storage use gs://bucket/prefix"
+            )
         from .posix import PosixStorage
 
         return PosixStorage(unquote(parts.path))
@@ -159,8 +160,9 @@ def open_storage(url_or_path: str) -> Storage:
         from .gcs import GcsStorage
 
         return GcsStorage(value)
-    raise ValueError(f"stateDir {_safe(value)!r} has the scheme {scheme!r}; accepted: a path, "
-                     "file:///path, or gs://bucket/prefix")
+    raise ValueError(
+        f"stateDir {_safe(value)!r} has the scheme {scheme!r}; accepted: a path, file:///path, or gs://bucket/prefix"
+    )
 
 
 def _safe(value: str) -> str:

@@ -11,8 +11,9 @@ def check_key(key: str) -> str:
         raise ValueError(f"a storage key must be a non-empty str, not {key!r}")
     for part in key.split("/"):
         if not part or part.startswith(".") or "\\" in part or "\x00" in part:
-            raise ValueError(f"invalid storage key {key!r}: parts are separated by one '/', are not "
-                             "empty and do not start with '.'")
+            raise ValueError(
+                f"invalid storage key {key!r}: parts are separated by one '/', are not empty and do not start with '.'"
+            )
     return key
 
 

@@ -59,8 +59,9 @@ class GcsStorage:
             raise ValueError("stateDir gs:// URL: give gs://bucket/prefix (no user, port, query or fragment)")
         bucket = parts.netloc
         if not _BUCKET.match(bucket):
-            raise ValueError(f"stateDir {url!r}: {bucket!r} is not a Cloud Storage bucket name; "
-                             "accepted: gs://bucket/prefix")
+            raise ValueError(
+                f"stateDir {url!r}: {bucket!r} is not a Cloud Storage bucket name; accepted: gs://bucket/prefix"
+            )
         prefix = parts.path.strip("/")
         if prefix:
             check_key(prefix)
@@ -105,8 +106,9 @@ class GcsStorage:
         try:
             from google.cloud import storage
         except ImportError as exc:  # pragma: no cover - a dependency of the package
-            raise ImportError(f"stateDir {self.description} needs google-cloud-storage "
-                              "(pip install google-cloud-storage)") from exc
+            raise ImportError(
+                f"stateDir {self.description} needs google-cloud-storage (pip install google-cloud-storage)"
+            ) from exc
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             client = storage.Client(project=None)  # the emulator's endpoint, anonymous
         else:
@@ -131,8 +133,7 @@ class GcsStorage:
     def create(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> bool:
         return self._upload(self._name(key), data, 0, check_metadata(metadata)) is not None
 
-    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None
-             ) -> int | None:
+    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None) -> int | None:
         if not isinstance(expected, int) or expected < 0:
             raise ValueError(f"expected must be a version (int > 0) or 0 for 'absent', not {expected!r}")
         return self._upload(self._name(key), data, expected, check_metadata(metadata))
@@ -145,8 +146,9 @@ class GcsStorage:
             blob = bucket.blob(name)
             blob.metadata = {**meta, _WRITE_TOKEN: token}
             try:
-                blob.upload_from_string(bytes(data), content_type=_CONTENT_TYPE, if_generation_match=expected,
-                                        timeout=self.timeout)
+                blob.upload_from_string(
+                    bytes(data), content_type=_CONTENT_TYPE, if_generation_match=expected, timeout=self.timeout
+                )
             except PreconditionFailed:
                 # Another writer's object, or this call's own first try whose answer was lost.
                 current = bucket.get_blob(name, timeout=self.timeout)
@@ -197,8 +199,9 @@ class GcsStorage:
         check_prefix(prefix)
         n = len(self._root)
         with self._bucket() as bucket:
-            blobs = bucket.client.list_blobs(bucket, prefix=self._root + prefix,
-                                             fields="items(name),nextPageToken", timeout=self.timeout)
+            blobs = bucket.client.list_blobs(
+                bucket, prefix=self._root + prefix, fields="items(name),nextPageToken", timeout=self.timeout
+            )
             return sorted(b.name[n:] for b in blobs if not b.name.endswith("/"))
 
     def delete(self, keys: Iterable[str]) -> None:
@@ -282,25 +285,27 @@ class GcsInputFile(io.RawIOBase):
         start = self._pos
         for off, chunk in reversed(self._cache):
             if off <= start and start + n <= off + len(chunk):
-                out[:n] = chunk[start - off:start - off + n]
+                out[:n] = chunk[start - off : start - off + n]
                 self._pos += n
                 return n
         end = min(self._size, start + max(n, self.block))
         first = max(0, min(start, end - self.block))
         chunk = self._fetch(first, end)
         self._cache.append((first, chunk))
-        del self._cache[:-self.keep]
-        out[:n] = chunk[start - first:start - first + n]
+        del self._cache[: -self.keep]
+        out[:n] = chunk[start - first : start - first + n]
         self._pos += n
         return n
 
     def _fetch(self, start: int, end: int) -> bytes:
         with self._storage._bucket() as bucket:
             data = bucket.blob(self._name, generation=self.generation).download_as_bytes(
-                start=start, end=end - 1, checksum=None, timeout=self._storage.timeout)
+                start=start, end=end - 1, checksum=None, timeout=self._storage.timeout
+            )
         if len(data) != end - start:
-            raise OSError(f"short read of {self._storage.description}/{self._name}: "
-                          f"{len(data)} of {end - start} bytes at {start}")
+            raise OSError(
+                f"short read of {self._storage.description}/{self._name}: {len(data)} of {end - start} bytes at {start}"
+            )
         self.requests += 1
         self.bytes_fetched += len(data)
         return data

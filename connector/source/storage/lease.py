@@ -76,8 +76,16 @@ class Lease:
         How to wait between polls in :meth:`acquire` (``time.sleep``).
     """
 
-    def __init__(self, storage: Storage, key: str, *, ttl: float = 30.0, margin: float = 5.0,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        key: str,
+        *,
+        ttl: float = 30.0,
+        margin: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not 0 <= margin < ttl / 2:
             raise ValueError(f"lease margin {margin} s must be >= 0 and below half the ttl ({ttl} s)")
         self.storage = storage
@@ -110,11 +118,19 @@ class Lease:
         return self._expiry
 
     def _record(self, expiry: float, *, released: bool = False) -> bytes:
-        return json.dumps({
-            "holder": {"pid": os.getpid(), "host": socket.gethostname(), "since": self._since, "token": self._token},
-            "expiry": expiry,
-            "released": released,
-        }, separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "holder": {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": self._since,
+                    "token": self._token,
+                },
+                "expiry": expiry,
+                "released": released,
+            },
+            separators=(",", ":"),
+        ).encode()
 
     def acquire(self, wait: float, *, poll: float = 0.5, gone: Callable[[dict], bool] | None = None) -> Lease:
         """Take the lease, waiting up to ``wait`` seconds for the current holder's lease to expire or
@@ -142,8 +158,11 @@ class Lease:
                 data, version = current
                 record = _parse(data, self._where())
                 holder = record.get("holder") or {}
-                free = (record.get("released") or now > float(record.get("expiry", 0)) + self.margin
-                        or (gone is not None and bool(holder) and gone(holder)))
+                free = (
+                    record.get("released")
+                    or now > float(record.get("expiry", 0)) + self.margin
+                    or (gone is not None and bool(holder) and gone(holder))
+                )
                 mine = holder.get("token") == self._token  # our own earlier try whose answer was lost
                 expected = version if (free or mine) else None
             if expected is not None:
@@ -158,8 +177,10 @@ class Lease:
                         return self
                 continue  # someone else changed it between our read and swap: look again
             if now >= deadline:
-                raise LeaseHeld(f"lease {self._where()} is held by {_describe(holder, record)}; "
-                                f"waited {wait:.0f} s", holder={k: v for k, v in holder.items() if k != "token"})
+                raise LeaseHeld(
+                    f"lease {self._where()} is held by {_describe(holder, record)}; waited {wait:.0f} s",
+                    holder={k: v for k, v in holder.items() if k != "token"},
+                )
             self._sleep(max(0.0, min(poll, deadline - now)))
 
     def renew(self) -> None:
@@ -189,8 +210,10 @@ class Lease:
                 raise LeaseLost(f"lease {self._where()} is not held: {self._lost or 'never acquired'}")
             now = self._clock()
             if now >= self._expiry - self.margin:
-                raise LeaseLost(f"lease {self._where()} may have expired: renewed until {_iso(self._expiry)}, "
-                                f"and writes stop {self.margin:.0f} s before that (clock margin)")
+                raise LeaseLost(
+                    f"lease {self._where()} may have expired: renewed until {_iso(self._expiry)}, "
+                    f"and writes stop {self.margin:.0f} s before that (clock margin)"
+                )
 
     def release(self) -> None:
         """Stop renewing and give the lease up (a compare-and-swap to a released record on the
@@ -228,8 +251,9 @@ class Lease:
                 return
             self._stop = threading.Event()
             stop = self._stop
-            self._renewer = threading.Thread(target=self._renew_loop, args=(every, stop), daemon=True,
-                                             name=f"crdb-lease-renewer-{self.key}")
+            self._renewer = threading.Thread(
+                target=self._renew_loop, args=(every, stop), daemon=True, name=f"crdb-lease-renewer-{self.key}"
+            )
             self._renewer.start()
 
     def _renew_loop(self, every: float, stop: threading.Event) -> None:
@@ -262,8 +286,7 @@ class Lease:
         """:meth:`.Storage.create`, only while the lease is held (:class:`LeaseLost` otherwise)."""
         return self.storage.create(key, data, metadata=self.fence(metadata))
 
-    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None
-             ) -> int | None:
+    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None) -> int | None:
         """:meth:`.Storage.swap`, only while the lease is held (:class:`LeaseLost` otherwise)."""
         return self.storage.swap(key, data, expected, metadata=self.fence(metadata))
 
@@ -294,8 +317,10 @@ def _iso(t: float) -> str:
 
 def _describe(holder: dict, record: dict) -> str:
     since = holder.get("since")
-    return (f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} "
-            f"since {_iso(float(since)) if since else '?'} (renewed until {_iso(float(record.get('expiry', 0)))})")
+    return (
+        f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+        f"since {_iso(float(since)) if since else '?'} (renewed until {_iso(float(record.get('expiry', 0)))})"
+    )
 
 
 __all__ = ["FENCE_GENERATION", "FENCE_KEY", "Lease", "LeaseError", "LeaseHeld", "LeaseLost"]

@@ -52,8 +52,7 @@ class PosixStorage:
     def create(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> bool:
         return self._link_new(check_key(key), data, check_metadata(metadata)) is not None
 
-    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None
-             ) -> int | None:
+    def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None) -> int | None:
         check_key(key)
         meta = check_metadata(metadata)
         if not isinstance(expected, int) or expected < 0:
@@ -129,8 +128,9 @@ class PosixStorage:
             return None
         try:
             size = mm.size()
-            _version, meta_len = self._parse_trailer(path, size, mm.read_at(min(size, _TRAILER.size),
-                                                                          max(0, size - _TRAILER.size)))
+            _version, meta_len = self._parse_trailer(
+                path, size, mm.read_at(min(size, _TRAILER.size), max(0, size - _TRAILER.size))
+            )
             # A zero-copy view of the mapped data; the mapping lives as long as the view.
             return pa.BufferReader(mm.read_at(size - _TRAILER.size - meta_len, 0))
         finally:

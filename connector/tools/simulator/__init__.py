@@ -53,4 +53,3 @@ __all__ = [
     "simulator_from_args",
     "spark_schemas",
 ]
-

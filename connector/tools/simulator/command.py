@@ -16,10 +16,14 @@ from .tables import TABLES
 
 def build_arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """Arguments of the ``simulate`` command; :func:`main` turns them into a simulator run."""
-    p = argparse.ArgumentParser(prog=prog, description="Publish simulated CockroachDB changefeed "
-                                "messages (movr tables) to a Pub/Sub emulator.")
-    p.add_argument("--emulator-host", default=os.environ.get("PUBSUB_EMULATOR_HOST"),
-                   help="host:port of the emulator (default: $PUBSUB_EMULATOR_HOST)")
+    p = argparse.ArgumentParser(
+        prog=prog, description="Publish simulated CockroachDB changefeed messages (movr tables) to a Pub/Sub emulator."
+    )
+    p.add_argument(
+        "--emulator-host",
+        default=os.environ.get("PUBSUB_EMULATOR_HOST"),
+        help="host:port of the emulator (default: $PUBSUB_EMULATOR_HOST)",
+    )
     p.add_argument("--project", default="crdb-sim", help="Pub/Sub project id")
     p.add_argument("--rows", type=int, default=1000, help="row changes to generate")
     p.add_argument("--seed", type=int, default=0)
@@ -29,8 +33,16 @@ def build_arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--mix", default="0.6,0.3,0.1", help="insert,update,delete weights")
     p.add_argument("--topic-name", default=None, help="publish everything to this one topic")
     p.add_argument("--resolved-every", type=int, default=0, help="resolved after every N changes")
-    for flag in ("diff", "updated", "mvcc-timestamp", "key-in-value", "column-families",
-                 "full-table-name", "legacy-wrapper", "with-table-name-attribute"):
+    for flag in (
+        "diff",
+        "updated",
+        "mvcc-timestamp",
+        "key-in-value",
+        "column-families",
+        "full-table-name",
+        "legacy-wrapper",
+        "with-table-name-attribute",
+    ):
         p.add_argument(f"--{flag}", action="store_true")
     p.add_argument("--rate", type=float, default=None, help="max messages per second")
     p.add_argument("--shuffle-window", type=int, default=0)
@@ -47,13 +59,22 @@ def simulator_from_args(args: argparse.Namespace) -> ChangefeedSimulator:
     except ValueError:
         raise ValueError(f"mix: expected comma-separated numbers, got {args.mix!r}") from None
     return ChangefeedSimulator(
-        seed=args.seed, envelope=args.envelope, enriched_properties=args.enriched_properties or None,
-        diff=args.diff, updated=args.updated, mvcc_timestamp=args.mvcc_timestamp,
-        key_in_value=args.key_in_value, column_families=args.column_families,
-        full_table_name=args.full_table_name, topic_name=args.topic_name,
-        resolved_every=args.resolved_every, legacy_wrapper=args.legacy_wrapper,
+        seed=args.seed,
+        envelope=args.envelope,
+        enriched_properties=args.enriched_properties or None,
+        diff=args.diff,
+        updated=args.updated,
+        mvcc_timestamp=args.mvcc_timestamp,
+        key_in_value=args.key_in_value,
+        column_families=args.column_families,
+        full_table_name=args.full_table_name,
+        topic_name=args.topic_name,
+        resolved_every=args.resolved_every,
+        legacy_wrapper=args.legacy_wrapper,
         with_table_name_attribute=args.with_table_name_attribute,
-        tables=[t.strip() for t in args.tables.split(",") if t.strip()], mix=mix)
+        tables=[t.strip() for t in args.tables.split(",") if t.strip()],
+        mix=mix,
+    )
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -73,27 +94,37 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.error("--emulator-host is required (or set PUBSUB_EMULATOR_HOST)")
     publisher = make_publisher(args.emulator_host, ordering=args.legacy_wrapper)
     try:
-        report = sim.publish(publisher, args.project, args.rows, rate=args.rate,
-                             create_topics=not args.no_create_topics, shuffle_window=args.shuffle_window,
-                             duplicate_fraction=args.duplicate_fraction,
-                             on_progress=lambda done, total: print(f"published {done}/{total}",
-                                                                   file=sys.stderr))
+        report = sim.publish(
+            publisher,
+            args.project,
+            args.rows,
+            rate=args.rate,
+            create_topics=not args.no_create_topics,
+            shuffle_window=args.shuffle_window,
+            duplicate_fraction=args.duplicate_fraction,
+            on_progress=lambda done, total: print(f"published {done}/{total}", file=sys.stderr),
+        )
     except ValueError as exc:
         parser.error(str(exc))
     finally:
         publisher.stop()
         publisher.transport.close()
-    print(json.dumps({
-        "topics": sim.topics(),
-        "published": report.published,
-        "row_messages": report.row_messages,
-        "resolved_messages": report.resolved_messages,
-        "duplicates": report.duplicates,
-        "per_topic": report.per_topic,
-        "elapsed_s": round(report.elapsed_s, 3),
-        "messages_per_s": round(report.messages_per_s, 1),
-        "stats": report.stats,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "topics": sim.topics(),
+                "published": report.published,
+                "row_messages": report.row_messages,
+                "resolved_messages": report.resolved_messages,
+                "duplicates": report.duplicates,
+                "per_topic": report.per_topic,
+                "elapsed_s": round(report.elapsed_s, 3),
+                "messages_per_s": round(report.messages_per_s, 1),
+                "stats": report.stats,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -58,11 +58,21 @@ class ChangefeedSimulator:
             raise ValueError(f"seed: expected an int, got {seed!r}")
         self.seed = seed
         self.options = validate(
-            envelope=envelope, enriched_properties=enriched_properties, diff=diff, updated=updated,
-            mvcc_timestamp=mvcc_timestamp, key_in_value=key_in_value, column_families=column_families,
-            full_table_name=full_table_name, topic_name=topic_name, resolved_every=resolved_every,
-            legacy_wrapper=legacy_wrapper, with_table_name_attribute=with_table_name_attribute,
-            tables=tables, mix=mix)
+            envelope=envelope,
+            enriched_properties=enriched_properties,
+            diff=diff,
+            updated=updated,
+            mvcc_timestamp=mvcc_timestamp,
+            key_in_value=key_in_value,
+            column_families=column_families,
+            full_table_name=full_table_name,
+            topic_name=topic_name,
+            resolved_every=resolved_every,
+            legacy_wrapper=legacy_wrapper,
+            with_table_name_attribute=with_table_name_attribute,
+            tables=tables,
+            mix=mix,
+        )
         # Separate streams: the row changes must not depend on envelope options or delivery.
         self._gen = Generator(random.Random(f"crdb-sim:data:{seed}"))
         self._op_rng = random.Random(f"crdb-sim:ops:{seed}")
@@ -75,7 +85,7 @@ class ChangefeedSimulator:
             "cluster_name": "",
             "database_name": DATABASE,
             "db_version": "v25.4.0",
-            "job_id": str(1066452286961614849 + meta.randrange(10 ** 12)),
+            "job_id": str(1066452286961614849 + meta.randrange(10**12)),
             "node_id": "1",
             "node_name": "localhost",
             "origin": "cockroachdb",
@@ -84,8 +94,9 @@ class ChangefeedSimulator:
         }
         self._rows: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in self.options.tables}
         self._live: dict[str, LiveRows] = {t: LiveRows() for t in self.options.tables}
-        self._stats = {t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0}
-                       for t in self.options.tables}
+        self._stats = {
+            t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0} for t in self.options.tables
+        }
         self._changes_since_resolved = 0
 
     # ---- topics
@@ -188,16 +199,18 @@ class ChangefeedSimulator:
         return self._rows[table][live.choice(self._gen.rng)][column]
 
     def _updated_row(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
-        return {"users": self._gen.user_update, "vehicles": self._gen.vehicle_update,
-                "rides": self._gen.ride_update}[table](row)
+        return {"users": self._gen.user_update, "vehicles": self._gen.vehicle_update, "rides": self._gen.ride_update}[
+            table
+        ](row)
 
     @staticmethod
     def _pk_text(table: str, row: Mapping[str, Any]) -> str:
         return crdb_json([row[c] for c in TABLES[table].pk])
 
     # ---- encoding
-    def _row_messages(self, table: str, op: str, pk: str, before: dict[str, Any] | None,
-                      after: dict[str, Any] | None, hlc: HLC) -> Iterator[SimMessage]:
+    def _row_messages(
+        self, table: str, op: str, pk: str, before: dict[str, Any] | None, after: dict[str, Any] | None, hlc: HLC
+    ) -> Iterator[SimMessage]:
         t = TABLES[table]
         key_row = after if after is not None else before
         assert key_row is not None
@@ -212,11 +225,30 @@ class ChangefeedSimulator:
             data, ordering_key = self._wrap(key_text, value, topic)
             attrs = {"TABLE_NAME": table} if self.options.with_table_name_attribute else {}
             self._stats[table]["row_messages"] += 1
-            yield SimMessage(topic, table, data, attrs, ordering_key, "row",
-                             {"insert": "c", "update": "u", "delete": "d"}[op], key_text, str(hlc), pk)
+            yield SimMessage(
+                topic,
+                table,
+                data,
+                attrs,
+                ordering_key,
+                "row",
+                {"insert": "c", "update": "u", "delete": "d"}[op],
+                key_text,
+                str(hlc),
+                pk,
+            )
 
-    def _encode_value(self, t: Table, op: str, key_row: Mapping[str, Any], before: dict | None,
-                      after: dict | None, cols: tuple[str, ...], hlc: HLC, ts_ns: int) -> tuple[Any, str]:
+    def _encode_value(
+        self,
+        t: Table,
+        op: str,
+        key_row: Mapping[str, Any],
+        before: dict | None,
+        after: dict | None,
+        cols: tuple[str, ...],
+        hlc: HLC,
+        ts_ns: int,
+    ) -> tuple[Any, str]:
         o = self.options
         pk_list = [key_row[c] for c in t.pk]
         if o.envelope == "wrapped":
@@ -245,12 +277,24 @@ class ChangefeedSimulator:
             return value, crdb_json(pk_list)
         return self._encode_enriched(t, op, key_row, before, after, cols, hlc, ts_ns)
 
-    def _encode_enriched(self, t: Table, op: str, key_row: Mapping[str, Any], before: dict | None,
-                         after: dict | None, cols: tuple[str, ...], hlc: HLC, ts_ns: int) -> tuple[Any, str]:
+    def _encode_enriched(
+        self,
+        t: Table,
+        op: str,
+        key_row: Mapping[str, Any],
+        before: dict | None,
+        after: dict | None,
+        cols: tuple[str, ...],
+        hlc: HLC,
+        ts_ns: int,
+    ) -> tuple[Any, str]:
         o = self.options
         key_obj = {c: key_row[c] for c in t.pk}
-        payload: dict[str, Any] = {"after": after, "op": {"insert": "c", "update": "u", "delete": "d"}[op],
-                                   "ts_ns": ts_ns}
+        payload: dict[str, Any] = {
+            "after": after,
+            "op": {"insert": "c", "update": "u", "delete": "d"}[op],
+            "ts_ns": ts_ns,
+        }
         if o.diff:
             payload["before"] = before
         if o.key_in_value:
@@ -275,8 +319,10 @@ class ChangefeedSimulator:
             fields.append(source_schema())
         if o.key_in_value:
             fields.append(struct_schema("key", f"{t.name}.key", key_cols, False))
-        fields += [{"field": "ts_ns", "optional": False, "type": "int64"},
-                   {"field": "op", "optional": False, "type": "string"}]
+        fields += [
+            {"field": "ts_ns", "optional": False, "type": "int64"},
+            {"field": "op", "optional": False, "type": "string"},
+        ]
         schema = {"fields": fields, "name": "cockroachdb.envelope", "optional": False, "type": "struct"}
         key = {"payload": key_obj, "schema": struct_schema(None, f"{t.name}.key", key_cols, False)}
         return {"payload": payload, "schema": schema}, crdb_json(key)
@@ -286,8 +332,15 @@ class ChangefeedSimulator:
         if self.options.legacy_wrapper:
             # Go's json.Marshal of json.RawMessage fields: compacted, HTML characters escaped.
             key_c = crdb_json(json.loads(key_text, parse_float=Decimal), compact=True, escape_html=True)
-            body = ('{"key":' + key_c + ',"value":' + crdb_json(value, compact=True, escape_html=True)
-                    + ',"topic":' + json_string(topic, True) + "}")
+            body = (
+                '{"key":'
+                + key_c
+                + ',"value":'
+                + crdb_json(value, compact=True, escape_html=True)
+                + ',"topic":'
+                + json_string(topic, True)
+                + "}"
+            )
             return body.encode("utf-8"), key_text
         body = '{"Key":' + key_text + ',"Value":' + crdb_json(value) + ',"Topic":' + json_string(topic, True) + "}"
         return body.encode("utf-8"), ""
@@ -298,7 +351,7 @@ class ChangefeedSimulator:
         else:
             data = (f'{{"resolved":"{hlc}"}}').encode()
         for topic, table in self._topic_tables():
-            for t in ([table] if table else self.options.tables):
+            for t in [table] if table else self.options.tables:
                 self._stats[t]["resolved"] += 1
             yield SimMessage(topic, table, data, {}, "", "resolved", "", "", str(hlc), "")
 
@@ -354,13 +407,18 @@ class ChangefeedSimulator:
         if not isinstance(duplicate_fraction, (int, float)) or not 0.0 <= duplicate_fraction <= 1.0:
             raise ValueError(f"duplicate_fraction: expected 0.0..1.0, got {duplicate_fraction!r}")
         if self.options.legacy_wrapper and not ordering_enabled(publisher):
-            raise ValueError("legacy_wrapper: the publisher must enable message ordering "
-                             "(make_publisher(host, ordering=True))")
+            raise ValueError(
+                "legacy_wrapper: the publisher must enable message ordering (make_publisher(host, ordering=True))"
+            )
         if create_topics:
             ensure_topics(publisher, project, self.topics())
         messages = list(self.events(n_rows))
-        plan, n_dups = delivery_plan(messages, shuffle_window, duplicate_fraction,
-                                      random.Random(f"crdb-sim:delivery:{self.seed}:{self._stats_total()}"))
+        plan, n_dups = delivery_plan(
+            messages,
+            shuffle_window,
+            duplicate_fraction,
+            random.Random(f"crdb-sim:delivery:{self.seed}:{self._stats_total()}"),
+        )
         report = publish_plan(publisher, project, plan, rate, on_progress, timeout)
         report.row_messages = sum(1 for m in messages if m.kind == "row")
         report.resolved_messages = len(messages) - report.row_messages

@@ -42,12 +42,21 @@ OPS = ("insert", "update", "delete")
 _TOPIC_RE = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
 
 _SOURCE_SCHEMA_FIELDS: tuple[tuple[str, str, bool], ...] = (
-    ("mvcc_timestamp", "string", True), ("ts_ns", "int64", True), ("ts_hlc", "string", True),
-    ("table_name", "string", False), ("origin", "string", False), ("cluster_id", "string", False),
-    ("node_id", "string", False), ("changefeed_sink", "string", False),
-    ("schema_name", "string", False), ("node_name", "string", False),
-    ("database_name", "string", False), ("source_node_locality", "string", False),
-    ("primary_keys", "array", False), ("job_id", "string", False), ("db_version", "string", False),
+    ("mvcc_timestamp", "string", True),
+    ("ts_ns", "int64", True),
+    ("ts_hlc", "string", True),
+    ("table_name", "string", False),
+    ("origin", "string", False),
+    ("cluster_id", "string", False),
+    ("node_id", "string", False),
+    ("changefeed_sink", "string", False),
+    ("schema_name", "string", False),
+    ("node_name", "string", False),
+    ("database_name", "string", False),
+    ("source_node_locality", "string", False),
+    ("primary_keys", "array", False),
+    ("job_id", "string", False),
+    ("db_version", "string", False),
     ("cluster_name", "string", False),
 )
 
@@ -58,8 +67,11 @@ def _column_schema(col: Column) -> dict[str, Any]:
         "UUID": {"type": "string"},
         "STRING": {"type": "string"},
         "BYTES": {"type": "bytes"},
-        "DECIMAL": {"type": "float64", "name": "decimal",
-                    "parameters": {"precision": str(col.precision), "scale": str(col.scale)}},
+        "DECIMAL": {
+            "type": "float64",
+            "name": "decimal",
+            "parameters": {"precision": str(col.precision), "scale": str(col.scale)},
+        },
         "TIMESTAMP": {"type": "string", "name": "timestamp"},
         "TIMESTAMPTZ": {"type": "string", "name": "timestamp"},
         "JSONB": {"type": "json"},
@@ -73,8 +85,12 @@ def _column_schema(col: Column) -> dict[str, Any]:
 
 
 def struct_schema(field: str | None, name: str, cols: Sequence[Column], optional: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"fields": [_column_schema(c) for c in cols], "name": name,
-                           "optional": optional, "type": "struct"}
+    out: dict[str, Any] = {
+        "fields": [_column_schema(c) for c in cols],
+        "name": name,
+        "optional": optional,
+        "type": "struct",
+    }
     if field:
         out["field"] = field
     return out
@@ -87,8 +103,7 @@ def source_schema() -> dict[str, Any]:
         if typ == "array":
             f["items"] = {"optional": False, "type": "string"}
         fields.append(f)
-    return {"field": "source", "fields": fields, "name": "cockroachdb.source", "optional": True,
-            "type": "struct"}
+    return {"field": "source", "fields": fields, "name": "cockroachdb.source", "optional": True, "type": "struct"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +126,16 @@ class _Options:
 
 def validate(**kw: Any) -> _Options:
     """Check every option; raise ``ValueError`` naming the offending one."""
-    for name in ("diff", "updated", "mvcc_timestamp", "key_in_value", "column_families",
-                 "full_table_name", "legacy_wrapper", "with_table_name_attribute"):
+    for name in (
+        "diff",
+        "updated",
+        "mvcc_timestamp",
+        "key_in_value",
+        "column_families",
+        "full_table_name",
+        "legacy_wrapper",
+        "with_table_name_attribute",
+    ):
         if not isinstance(kw[name], bool):
             raise ValueError(f"{name}: expected a bool, got {kw[name]!r}")
     envelope = kw["envelope"]
@@ -123,8 +146,10 @@ def validate(**kw: Any) -> _Options:
         props = [p.strip() for p in props.split(",") if p.strip()]
     props = frozenset(props or ())
     if not props <= _ENRICHED_PROPERTIES:
-        raise ValueError(f"enriched_properties: unknown {sorted(props - _ENRICHED_PROPERTIES)}; "
-                         f"allowed {sorted(_ENRICHED_PROPERTIES)}")
+        raise ValueError(
+            f"enriched_properties: unknown {sorted(props - _ENRICHED_PROPERTIES)}; "
+            f"allowed {sorted(_ENRICHED_PROPERTIES)}"
+        )
     if props and envelope != "enriched":
         raise ValueError("enriched_properties: only usable with envelope='enriched'")
     if kw["diff"] and envelope == "bare":
@@ -135,18 +160,33 @@ def validate(**kw: Any) -> _Options:
     if isinstance(every, bool) or not isinstance(every, int) or every < 0:
         raise ValueError(f"resolved_every: expected an int >= 0, got {every!r}")
     topic_name = kw["topic_name"]
-    if topic_name is not None and (not isinstance(topic_name, str) or not _TOPIC_RE.match(topic_name)
-                                   or topic_name.startswith("goog")):
+    if topic_name is not None and (
+        not isinstance(topic_name, str) or not _TOPIC_RE.match(topic_name) or topic_name.startswith("goog")
+    ):
         raise ValueError(f"topic_name: not a valid Pub/Sub topic id: {topic_name!r}")
     tables = kw["tables"]
     tables = tuple(TABLES) if tables is None else ((tables,) if isinstance(tables, str) else tuple(tables))
     unknown = [t for t in tables if t not in TABLES]
     if not tables or unknown or len(set(tables)) != len(tables):
-        raise ValueError(f"tables: expected a non-empty subset of {tuple(TABLES)} without repeats, "
-                         f"got {kw['tables']!r}")
-    return _Options(envelope, props, kw["diff"], kw["updated"], kw["mvcc_timestamp"], kw["key_in_value"],
-                    kw["column_families"], kw["full_table_name"], topic_name, every,
-                    kw["legacy_wrapper"], kw["with_table_name_attribute"], tables, _validate_mix(kw["mix"]))
+        raise ValueError(
+            f"tables: expected a non-empty subset of {tuple(TABLES)} without repeats, got {kw['tables']!r}"
+        )
+    return _Options(
+        envelope,
+        props,
+        kw["diff"],
+        kw["updated"],
+        kw["mvcc_timestamp"],
+        kw["key_in_value"],
+        kw["column_families"],
+        kw["full_table_name"],
+        topic_name,
+        every,
+        kw["legacy_wrapper"],
+        kw["with_table_name_attribute"],
+        tables,
+        _validate_mix(kw["mix"]),
+    )
 
 
 def _validate_mix(mix: Any) -> tuple[float, float, float]:

@@ -52,15 +52,16 @@ def ensure_topics(publisher: Any, project: str, topics: Sequence[str]) -> None:
             pass
 
 
-def delivery_plan(messages: list[SimMessage], window: int, dup_fraction: float,
-                   rng: random.Random) -> tuple[list[SimMessage], int]:
+def delivery_plan(
+    messages: list[SimMessage], window: int, dup_fraction: float, rng: random.Random
+) -> tuple[list[SimMessage], int]:
     """Shuffle inside windows, then splice duplicates in a little after their originals."""
     plan = list(messages)
     if window > 1:
         for start in range(0, len(plan), window):
-            chunk = plan[start:start + window]
+            chunk = plan[start : start + window]
             rng.shuffle(chunk)
-            plan[start:start + window] = chunk
+            plan[start : start + window] = chunk
     n_dups = round(dup_fraction * len(plan))
     if not n_dups:
         return plan, 0
@@ -77,8 +78,14 @@ def delivery_plan(messages: list[SimMessage], window: int, dup_fraction: float,
     return out, n_dups
 
 
-def publish_plan(publisher: Any, project: str, plan: list[SimMessage], rate: float | None,
-                  on_progress: Callable[[int, int], None] | None, timeout: float) -> PublishReport:
+def publish_plan(
+    publisher: Any,
+    project: str,
+    plan: list[SimMessage],
+    rate: float | None,
+    on_progress: Callable[[int, int], None] | None,
+    timeout: float,
+) -> PublishReport:
     """Submit ``plan`` in order, wait for every future; counts by kind are the caller's to fill."""
     paths: dict[str, str] = {}
     submitted: list[tuple[str, Any]] = []
@@ -113,13 +120,26 @@ def publish_plan(publisher: Any, project: str, plan: list[SimMessage], rate: flo
         raise RuntimeError(f"{len(errors)} of {len(plan)} publishes failed; first: {errors[0]}")
     if on_progress:
         on_progress(len(plan), len(plan))
-    return PublishReport(published=len(plan), row_messages=0, resolved_messages=0, duplicates=0,
-                         per_topic={t: len(v) for t, v in ids.items()}, message_ids=ids,
-                         elapsed_s=elapsed, stats={})
+    return PublishReport(
+        published=len(plan),
+        row_messages=0,
+        resolved_messages=0,
+        duplicates=0,
+        per_topic={t: len(v) for t, v in ids.items()},
+        message_ids=ids,
+        elapsed_s=elapsed,
+        stats={},
+    )
 
 
-def make_publisher(host_port: str, *, ordering: bool = False, max_messages: int = 1000,
-                   max_bytes: int = 4 * 1024 * 1024, max_latency: float = 0.02) -> Any:
+def make_publisher(
+    host_port: str,
+    *,
+    ordering: bool = False,
+    max_messages: int = 1000,
+    max_bytes: int = 4 * 1024 * 1024,
+    max_latency: float = 0.02,
+) -> Any:
     """A ``PublisherClient`` for the Pub/Sub emulator at ``host_port``, tuned for throughput.
 
     Built by :func:`crdb_pubsub.emulator.publisher_client` (insecure channel, anonymous
@@ -134,8 +154,9 @@ def make_publisher(host_port: str, *, ordering: bool = False, max_messages: int 
     return publisher_client(
         host_port,
         publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=ordering),
-        batch_settings=pubsub_v1.types.BatchSettings(max_bytes=max_bytes, max_latency=max_latency,
-                                                     max_messages=max_messages),
+        batch_settings=pubsub_v1.types.BatchSettings(
+            max_bytes=max_bytes, max_latency=max_latency, max_messages=max_messages
+        ),
     )
 
 

@@ -42,37 +42,72 @@ class Table:
         return tuple(c.name for c in self.columns)
 
 
-_SQL_TYPES = ("UUID", "STRING", "DECIMAL", "TIMESTAMP", "TIMESTAMPTZ", "JSONB", "INT8", "STRING[]",
-              "BOOL", "FLOAT", "BYTES")
+_SQL_TYPES = (
+    "UUID",
+    "STRING",
+    "DECIMAL",
+    "TIMESTAMP",
+    "TIMESTAMPTZ",
+    "JSONB",
+    "INT8",
+    "STRING[]",
+    "BOOL",
+    "FLOAT",
+    "BYTES",
+)
 
 _COLUMN = re.compile(r"(\w+) ([A-Z0-9\[\]]+)(?:\((\d+),(\d+)\))?( NOT NULL)?$")
 
 
-def _table(name: str, columns: str, pk: tuple[str, ...],
-           families: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Table:
+def _table(
+    name: str, columns: str, pk: tuple[str, ...], families: tuple[tuple[str, tuple[str, ...]], ...] = ()
+) -> Table:
     """A table from its columns as CockroachDB declares them: ``"id UUID NOT NULL, balance DECIMAL(12,2)"``."""
     cols = []
     for spec in re.split(r",\s*(?![^()]*\))", columns.strip()):
         m = _COLUMN.match(spec.strip())
         if m is None or m.group(2) not in _SQL_TYPES:
             raise ValueError(f"table {name}: column {spec!r} is not NAME TYPE [NOT NULL] with a type of {_SQL_TYPES}")
-        cols.append(Column(m.group(1), m.group(2), nullable=m.group(5) is None,
-                           precision=int(m.group(3) or 0), scale=int(m.group(4) or 0)))
+        cols.append(
+            Column(
+                m.group(1),
+                m.group(2),
+                nullable=m.group(5) is None,
+                precision=int(m.group(3) or 0),
+                scale=int(m.group(4) or 0),
+            )
+        )
     return Table(name, tuple(cols), pk, families)
 
 
-TABLES: dict[str, Table] = {t.name: t for t in (
-    _table("users", "id UUID NOT NULL, city STRING NOT NULL, name STRING, address STRING, credit_card STRING, "
-                    "balance DECIMAL(12,2), created_at TIMESTAMP", ("id",)),
-    _table("vehicles", "city STRING NOT NULL, id UUID NOT NULL, type STRING, status STRING, ext JSONB, odometer INT8, "
-                       "last_service TIMESTAMPTZ, tags STRING[], is_electric BOOL NOT NULL", ("city", "id"),
-           (("primary", ("city", "id", "type", "status", "odometer", "last_service")),
-            # is_electric is NOT NULL so the family always has a KV and an event on every insert.
-            ("details", ("ext", "tags", "is_electric")))),
-    _table("rides", "id UUID NOT NULL, city STRING NOT NULL, rider_id UUID, vehicle_id UUID, "
-                    "revenue DECIMAL(10,2), start_time TIMESTAMP, end_time TIMESTAMP, distance FLOAT, raw BYTES",
-           ("id",)),
-)}
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        _table(
+            "users",
+            "id UUID NOT NULL, city STRING NOT NULL, name STRING, address STRING, credit_card STRING, "
+            "balance DECIMAL(12,2), created_at TIMESTAMP",
+            ("id",),
+        ),
+        _table(
+            "vehicles",
+            "city STRING NOT NULL, id UUID NOT NULL, type STRING, status STRING, ext JSONB, odometer INT8, "
+            "last_service TIMESTAMPTZ, tags STRING[], is_electric BOOL NOT NULL",
+            ("city", "id"),
+            (
+                ("primary", ("city", "id", "type", "status", "odometer", "last_service")),
+                # is_electric is NOT NULL so the family always has a KV and an event on every insert.
+                ("details", ("ext", "tags", "is_electric")),
+            ),
+        ),
+        _table(
+            "rides",
+            "id UUID NOT NULL, city STRING NOT NULL, rider_id UUID, vehicle_id UUID, "
+            "revenue DECIMAL(10,2), start_time TIMESTAMP, end_time TIMESTAMP, distance FLOAT, raw BYTES",
+            ("id",),
+        ),
+    )
+}
 
 
 def spark_schemas(tables: Sequence[str] | None = None) -> dict[str, str]:
@@ -80,9 +115,11 @@ def spark_schemas(tables: Sequence[str] | None = None) -> dict[str, str]:
     from ...apply import ddl_from_crdb_types
 
     return {
-        name: ddl_from_crdb_types({c.name: (f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql)
-                                   for c in t.columns})
-        for name, t in TABLES.items() if tables is None or name in tables
+        name: ddl_from_crdb_types(
+            {c.name: (f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql) for c in t.columns}
+        )
+        for name, t in TABLES.items()
+        if tables is None or name in tables
     }
 
 

@@ -9,15 +9,24 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-_CITIES = ("amsterdam", "boston", "los angeles", "new york", "paris", "rome", "san francisco",
-           "seattle", "washington dc", "münchen", "東京")
+_CITIES = (
+    "amsterdam",
+    "boston",
+    "los angeles",
+    "new york",
+    "paris",
+    "rome",
+    "san francisco",
+    "seattle",
+    "washington dc",
+    "münchen",
+    "東京",
+)
 _FIRST = ("Timothy", "Susan", "Brad", "Zoë", "Jürgen", "東京", "Chloé", "Ngozi", "Søren", "Ana")
 _LAST = ("Jackson", "Harrington", "Hill", "Müller", "O'Brien", "García", "太郎", "Nguyen")
-_STREETS = ("Peter Divide", "Andrew Roads", "Stephen Gardens", "Gentry Plains", "Rue de l'Été",
-            "Chelsey Tunnel")
+_STREETS = ("Peter Divide", "Andrew Roads", "Stephen Gardens", "Gentry Plains", "Rue de l'Été", "Chelsey Tunnel")
 # Awkward but legal contents: quotes, backslashes, HTML characters, a tab, a 4-byte emoji.
-_ODD_ADDRESSES = ('12 "Quoted" Lane', "Café & Bar <2>", "Unit 4\\5 Back St", "Tab\tRoad 7",
-                  "Bike 🚲 Way 1")
+_ODD_ADDRESSES = ('12 "Quoted" Lane', "Café & Bar <2>", "Unit 4\\5 Back St", "Tab\tRoad 7", "Bike 🚲 Way 1")
 _TAGS = ("red", "fast", "électrique", "🚲", "new", "needs-repair", "東京")
 _BRANDS = ("Schwinn", "Fuji", "Merida", "Trek", "Xiaomi")
 _COLORS = ("red", "yellow", "black", "green", "blue")
@@ -38,7 +47,7 @@ class Generator:
     def decimal(self, precision: int, scale: int) -> Decimal:
         # scaleb keeps the exponent, so 2630 -> Decimal("26.30") with its trailing zero.
         digits = self.rng.choice((4, 6, precision))
-        return Decimal(self.rng.randrange(10 ** digits)).scaleb(-scale)
+        return Decimal(self.rng.randrange(10**digits)).scaleb(-scale)
 
     def timestamp(self, tz: bool) -> str:
         offset = _dt.timedelta(seconds=self.rng.randrange(7 * 365 * 86400))
@@ -57,7 +66,7 @@ class Generator:
             "city": r.choice(_CITIES),
             "name": self.maybe(f"{r.choice(_FIRST)} {r.choice(_LAST)}", 0.05),
             "address": self.maybe(self.address()),
-            "credit_card": self.maybe("%010d" % r.randrange(10 ** 10)),
+            "credit_card": self.maybe("%010d" % r.randrange(10**10)),
             "balance": self.maybe(self.decimal(12, 2)),
             "created_at": self.maybe(self.timestamp(tz=False), 0.05),
         }
@@ -72,7 +81,7 @@ class Generator:
         fields = {
             "name": lambda: f"{self.rng.choice(_FIRST)} {self.rng.choice(_LAST)}",
             "address": self.address,
-            "credit_card": lambda: "%010d" % self.rng.randrange(10 ** 10),
+            "credit_card": lambda: "%010d" % self.rng.randrange(10**10),
             "balance": lambda: self.decimal(12, 2),
         }
         return self._change_some(row, fields)
@@ -100,7 +109,7 @@ class Generator:
         if kind < 0.12:
             return INT8_MIN
         if kind < 0.5:
-            return r.randint(2 ** 53 + 1, INT8_MAX)
+            return r.randint(2**53 + 1, INT8_MAX)
         return r.randrange(1_000_000)
 
     def tags(self) -> list[str]:
@@ -113,14 +122,15 @@ class Generator:
         ext: dict[str, Any] = {"brand": r.choice(_BRANDS), "color": r.choice(_COLORS)}
         if r.random() < 0.6:
             ext["specs"] = {
-                "battery": {"capacity_wh": r.randint(200, 900),
-                            "cells": [r.randint(1, 99) for _ in range(r.randint(0, 4))]},
+                "battery": {
+                    "capacity_wh": r.randint(200, 900),
+                    "cells": [r.randint(1, 99) for _ in range(r.randint(0, 4))],
+                },
                 "weight_kg": Decimal(r.randint(50, 400)).scaleb(-1),
-                "big": r.randint(2 ** 53, INT8_MAX),
+                "big": r.randint(2**53, INT8_MAX),
             }
         if r.random() < 0.4:
-            ext["history"] = [{"km": r.randint(0, 5000), "note": self.maybe("ok", 0.5)}
-                              for _ in range(r.randint(1, 3))]
+            ext["history"] = [{"km": r.randint(0, 5000), "note": self.maybe("ok", 0.5)} for _ in range(r.randint(1, 3))]
         return ext
 
     def vehicle_update(self, row: dict[str, Any]) -> dict[str, Any]:

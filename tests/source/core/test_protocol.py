@@ -30,8 +30,12 @@ class SinkFails(RuntimeError):
 
 def _run_until_batches(s: SparkCalls, n: int, timeout: float = 30.0, sink=None) -> None:
     """Trigger until ``n`` non-empty batches reached the sink."""
-    until(lambda: sum(1 for _, b in s.batches if ids_of(b)) >= n, timeout, f"{n} non-empty batches",
-          step=lambda: s.trigger(sink))
+    until(
+        lambda: sum(1 for _, b in s.batches if ids_of(b)) >= n,
+        timeout,
+        f"{n} non-empty batches",
+        step=lambda: s.trigger(sink),
+    )
 
 
 def _fail_next_nonempty(state: dict):
@@ -40,6 +44,7 @@ def _fail_next_nonempty(state: dict):
         if got and not state.get("failed"):
             state["failed"] = got
             raise SinkFails("sink fails on purpose")
+
     return sink
 
 
@@ -70,12 +75,18 @@ def test_restart_replays_the_batch_whose_sink_failed(fake, make_reader, tmp_path
     replayed = ids_of(second.batches[0][1])
     assert sorted(replayed) == sorted(state["failed"]), "the replay of the failed batch differs"
 
-    until(lambda: len(set(first.ids()) | set(second.ids())) >= len(ids), 60, "every message in the sink",
-          step=second.trigger)
+    until(
+        lambda: len(set(first.ids()) | set(second.ids())) >= len(ids),
+        60,
+        "every message in the sink",
+        step=second.trigger,
+    )
     seen = first.ids() + second.ids()
     assert set(seen) == set(ids)
     dups = sorted((m for m, c in collections.Counter(seen).items() if c > 1), key=int)
-    assert not dups, f"{len(dups)} duplicates with stateDir: {dups[:5]}...; batches {[(n, len(ids_of(b))) for n, b in first.batches + second.batches]}"
+    assert not dups, (
+        f"{len(dups)} duplicates with stateDir: {dups[:5]}...; batches {[(n, len(ids_of(b))) for n, b in first.batches + second.batches]}"
+    )
     until(lambda: len(fake.acked(SUB)) == len(ids), 30, "every message acknowledged", step=second.trigger)
 
 
@@ -148,7 +159,9 @@ def test_available_now_after_a_restart_reads_past_the_redelivered_batch(fake, ma
     while second.trigger():
         assert time.monotonic() - t0 < 60, "AvailableNow did not end"
     seen = first.ids() + second.ids()
-    assert sorted(seen, key=int) == sorted(ids, key=int), f"{len(set(ids) - set(seen))} lost, {len(seen) - len(set(seen))} duplicated"
+    assert sorted(seen, key=int) == sorted(ids, key=int), (
+        f"{len(set(ids) - set(seen))} lost, {len(seen) - len(set(seen))} duplicated"
+    )
 
 
 def test_available_now_after_a_crash_between_commit_and_acknowledgement(fake, make_reader, tmp_path):
@@ -172,12 +185,15 @@ def test_available_now_after_a_crash_between_commit_and_acknowledgement(fake, ma
     while second.trigger():
         assert time.monotonic() - t0 < 60, "AvailableNow did not end"
     seen = first.ids() + second.ids()
-    assert sorted(seen, key=int) == sorted(ids, key=int), f"{len(set(ids) - set(seen))} lost, {len(seen) - len(set(seen))} duplicated"
+    assert sorted(seen, key=int) == sorted(ids, key=int), (
+        f"{len(set(ids) - set(seen))} lost, {len(seen) - len(set(seen))} duplicated"
+    )
 
 
 @pytest.mark.parametrize("version", ["4.0", "4.3"])
-def test_batch_committed_before_the_source_heard_of_it_is_acknowledged_by_the_next_run(fake, make_reader, tmp_path,
-                                                                                        version):
+def test_batch_committed_before_the_source_heard_of_it_is_acknowledged_by_the_next_run(
+    fake, make_reader, tmp_path, version
+):
     """A scheduled AvailableNow job on Spark 4.0/4.1 (one batch per run, its commit told only to
     the next run), or any driver that ended between Spark's commit and the source's next call:
     the next run learns from Spark that the batch committed and acknowledges it. Nothing is left

@@ -50,8 +50,14 @@ class FakeClient:
         with self._lock:
             for _ in range(request["max_messages"]):
                 self._next_id += 1
-                msgs.append(ReceivedMessage(ack_id=f"a{self._next_id}", message=PubsubMessage(
-                    data=b"x", message_id=str(self._next_id), publish_time=Timestamp(seconds=1))))
+                msgs.append(
+                    ReceivedMessage(
+                        ack_id=f"a{self._next_id}",
+                        message=PubsubMessage(
+                            data=b"x", message_id=str(self._next_id), publish_time=Timestamp(seconds=1)
+                        ),
+                    )
+                )
         return PullResponse(received_messages=msgs)
 
     def modify_ack_deadline(self, request, timeout=None):
@@ -63,7 +69,9 @@ class FakeClient:
 
 def test_concurrent_pulls_never_exceed_max_outstanding_messages():
     limit = 50
-    r = Receiver(Rpc(FakeClient()), [SUB], lease_seconds=60, max_lease_seconds=3600, max_messages=limit, max_bytes=1 << 30)
+    r = Receiver(
+        Rpc(FakeClient()), [SUB], lease_seconds=60, max_lease_seconds=3600, max_messages=limit, max_bytes=1 << 30
+    )
     r.start()
     try:
         time.sleep(2.5)

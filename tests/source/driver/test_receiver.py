@@ -121,9 +121,19 @@ def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
         assert rpc.acked == ["a0"]
         # A redelivery of "0" (acknowledged), of "2" (held: its new ack id replaces the old one),
         # "5" twice in one response (one message, the newer ack id), and "4", new.
-        r.accept("s", _response([{"ack_id": "b0", "message_id": "0"}, {"ack_id": "b2", "message_id": "2"},
-                                 {"ack_id": "b5", "message_id": "5"}, {"ack_id": "c5", "message_id": "5"},
-                                 {"ack_id": "b4", "message_id": "4"}]), Reservation(5, 0))
+        r.accept(
+            "s",
+            _response(
+                [
+                    {"ack_id": "b0", "message_id": "0"},
+                    {"ack_id": "b2", "message_id": "2"},
+                    {"ack_id": "b5", "message_id": "5"},
+                    {"ack_id": "c5", "message_id": "5"},
+                    {"ack_id": "b4", "message_id": "4"},
+                ]
+            ),
+            Reservation(5, 0),
+        )
         assert r.counters.get("received") == 6
         assert r.counters.get("redeliveredWhileHeld") == 2 and r.counters.get("redeliveriesDropped") == 1
         taken = r.take()

@@ -119,7 +119,11 @@ def test_missing_subscription_and_unreachable_emulator_fail_fast(emulator_host):
 def test_topic_option_creates_the_subscription(emulator_host, make_subscription, publish):
     topic, _ = make_subscription()
     opts = parse_options(
-        {"subscription": "projects/test-project/subscriptions/created-by-source", "topic": topic, "emulatorHost": emulator_host}
+        {
+            "subscription": "projects/test-project/subscriptions/created-by-source",
+            "topic": topic,
+            "emulatorHost": emulator_host,
+        }
     )
     planner = protocol_for(opts, DriverMode)
     try:

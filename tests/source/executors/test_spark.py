@@ -26,9 +26,15 @@ PARTITIONS = [2, 4]
 
 
 def _reader(spark, host: str, sub: str, state: Path | str, partitions: int, **options):
-    r = (spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
-         .option("receiver", "executors").option("stateDir", str(state)).option("numPartitions", str(partitions))
-         .option("ackDeadlineSeconds", str(DEADLINE)))
+    r = (
+        spark.readStream.format("crdb_pubsub")
+        .option("subscription", sub)
+        .option("emulatorHost", host)
+        .option("receiver", "executors")
+        .option("stateDir", str(state))
+        .option("numPartitions", str(partitions))
+        .option("ackDeadlineSeconds", str(DEADLINE))
+    )
     for k, v in options.items():
         r = r.option(k, str(v))
     return r.load()
@@ -37,8 +43,12 @@ def _reader(spark, host: str, sub: str, state: Path | str, partitions: int, **op
 def _settle(q, timeout: float = 60) -> dict:
     """Wait until the query's last batches were acknowledged; its final metrics."""
     with MetricsSampler(q) as sampler:
-        wait_until(lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("acknowledged", 0) > 0,
-                   timeout, what="the query to acknowledge what it committed", query=q)
+        wait_until(
+            lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("acknowledged", 0) > 0,
+            timeout,
+            what="the query to acknowledge what it committed",
+            query=q,
+        )
         return sampler.last()
 
 
@@ -47,8 +57,9 @@ def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple
     lost, duplicated, unexpected)."""
     q = run()
     try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart",
-                   query=q)
+        wait_until(
+            lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q
+        )
         last = _settle(q)
     finally:
         q.stop()
@@ -56,15 +67,18 @@ def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple
 
 
 @pytest.mark.parametrize("partitions", PARTITIONS)
-def test_available_now_drains_the_backlog(spark, emulator_host, make_subscription, publish, tmp_path: Path,
-                                          partitions):
+def test_available_now_drains_the_backlog(spark, emulator_host, make_subscription, publish, tmp_path: Path, partitions):
     n = scaled(3000, 20_000)
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     ids = publish(topic, [row_body(i) for i in range(n)])
     sink = BatchFileSink(tmp_path / "sink")
-    q = (_reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=n // 3)
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
-         .trigger(availableNow=True).start())
+    q = (
+        _reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=n // 3)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     t0 = time.monotonic()
     q.awaitTermination(300)
     if q.isActive:
@@ -76,8 +90,15 @@ def test_available_now_drains_the_backlog(spark, emulator_host, make_subscriptio
     lost, duplicated, unexpected = tally(ids, got)
     time.sleep(DEADLINE + 1)
     left = pull_ids(emulator_host, sub, timeout=1.5)
-    report(f"executors-available-now-{partitions}", published=n, lost=lost, duplicated=duplicated,
-           left_on_subscription=len(left), batches=len([c for c in sink.calls if c[1]]), seconds=round(elapsed, 1))
+    report(
+        f"executors-available-now-{partitions}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        left_on_subscription=len(left),
+        batches=len([c for c in sink.calls if c[1]]),
+        seconds=round(elapsed, 1),
+    )
     assert not unexpected
     assert lost == 0 and duplicated == 0
     assert left == [], "committed messages were not acknowledged"
@@ -85,8 +106,9 @@ def test_available_now_drains_the_backlog(spark, emulator_host, make_subscriptio
 
 
 @pytest.mark.parametrize("partitions", PARTITIONS)
-def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make_subscription, publish,
-                                                      tmp_path: Path, partitions):
+def test_failing_sink_then_restart_replays_the_slices(
+    spark, emulator_host, make_subscription, publish, tmp_path: Path, partitions
+):
     n = scaled(2000, 20_000)
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     ids = publish(topic, [row_body(i) for i in range(n)])
@@ -102,8 +124,12 @@ def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make
     sink = BatchFileSink(tmp_path / "sink", before=fail_second)
 
     def run():
-        return (_reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=400)
-                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+        return (
+            _reader(spark, emulator_host, sub, tmp_path / "state", partitions, maxMessagesPerTrigger=400)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     q = run()
     with pytest.raises(Exception, match="sink fails on purpose"):
@@ -113,9 +139,16 @@ def test_failing_sink_then_restart_replays_the_slices(spark, emulator_host, make
     time.sleep(DEADLINE + 1)
 
     last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
-    report(f"executors-failing-sink-{partitions}", published=n, lost=lost, duplicated=duplicated,
-           failed_batch=failed["batch"], failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
-           replayed=last.get("batchesReplayed"), redeliveries_dropped=last.get("redeliveriesDropped"))
+    report(
+        f"executors-failing-sink-{partitions}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        failed_batch=failed["batch"],
+        failed_batch_rows=len(failed["ids"]),  # type: ignore[arg-type]
+        replayed=last.get("batchesReplayed"),
+        redeliveries_dropped=last.get("redeliveriesDropped"),
+    )
     assert not unexpected
     assert lost == 0 and duplicated == 0
     replayed = [b for b, rows, _ in sink.calls if b == failed["batch"]]
@@ -143,8 +176,9 @@ def _kill_a_task_mid_pull(state: Path | str, stop: threading.Event) -> list[int]
 
 
 @pytest.mark.parametrize("partitions, storage", [(2, "gcs"), (4, "posix")], ids=["2-gs", "4"])
-def test_task_killed_mid_pull_loses_nothing(request, spark, emulator_host, make_subscription, publish,
-                                            tmp_path: Path, partitions, storage):
+def test_task_killed_mid_pull_loses_nothing(
+    request, spark, emulator_host, make_subscription, publish, tmp_path: Path, partitions, storage
+):
     n = scaled(2000, 10_000)
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     ids = publish(topic, [row_body(i) for i in range(n)])
@@ -152,8 +186,12 @@ def test_task_killed_mid_pull_loses_nothing(request, spark, emulator_host, make_
     sink = BatchFileSink(tmp_path / "sink")
 
     def run():
-        return (_reader(spark, emulator_host, sub, state, partitions, maxMessagesPerTrigger=500)
-                .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk")).start())
+        return (
+            _reader(spark, emulator_host, sub, state, partitions, maxMessagesPerTrigger=500)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .start()
+        )
 
     stop = threading.Event()
     killed: list[int] = []
@@ -171,23 +209,35 @@ def test_task_killed_mid_pull_loses_nothing(request, spark, emulator_host, make_
         if not died:
             q.stop()
     assert killed, "no task was caught pulling"
-    assert died and q.exception() is not None, "the query survived a task whose Python worker died (local mode does not retry)"
+    assert died and q.exception() is not None, (
+        "the query survived a task whose Python worker died (local mode does not retry)"
+    )
     last, lost, duplicated, unexpected = _restart_until_all_arrive(run, ids, sink)
-    report(f"executors-task-killed-{partitions}" + ("-gs" if storage == "gcs" else ""), published=n, lost=lost, duplicated=duplicated,
-           redeliveries_dropped=last.get("redeliveriesDropped"))
+    report(
+        f"executors-task-killed-{partitions}" + ("-gs" if storage == "gcs" else ""),
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        redeliveries_dropped=last.get("redeliveriesDropped"),
+    )
     assert not unexpected
     assert lost == 0 and duplicated == 0
 
 
-def test_idle_subscription_runs_empty_batches_then_picks_up_traffic(spark, emulator_host, make_subscription, publish,
-                                                                    tmp_path: Path):
+def test_idle_subscription_runs_empty_batches_then_picks_up_traffic(
+    spark, emulator_host, make_subscription, publish, tmp_path: Path
+):
     """A processing-time trigger on an empty subscription: each batch's tasks find nothing and the
     stream keeps going (empty batches), and what is published later arrives, once."""
     topic, sub = make_subscription(ack_deadline_seconds=DEADLINE)
     sink = BatchFileSink(tmp_path / "sink")
-    q = (_reader(spark, emulator_host, sub, tmp_path / "state", 2)
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "chk"))
-         .trigger(processingTime="0 seconds").start())
+    q = (
+        _reader(spark, emulator_host, sub, tmp_path / "state", 2)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         wait_until(lambda: len(sink.calls) >= 3, 120, what="three empty batches on the idle subscription", query=q)
         assert sink.ids() == []
@@ -198,8 +248,14 @@ def test_idle_subscription_runs_empty_batches_then_picks_up_traffic(spark, emula
         q.stop()
     lost, duplicated, unexpected = tally(ids, sink.ids())
     empty = len([c for c in sink.calls if not c[1]])
-    report("executors-idle-then-traffic", published=len(ids), lost=lost, duplicated=duplicated, empty_batches=empty,
-           acknowledged=last.get("acknowledged"))
+    report(
+        "executors-idle-then-traffic",
+        published=len(ids),
+        lost=lost,
+        duplicated=duplicated,
+        empty_batches=empty,
+        acknowledged=last.get("acknowledged"),
+    )
     assert not unexpected
     assert lost == 0 and duplicated == 0
     assert empty >= 3

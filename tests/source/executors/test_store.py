@@ -25,16 +25,30 @@ SUB = "projects/p/subscriptions/sub-slices"
 
 def _slice(ids: list[str], roles: list[int] | None = None) -> pa.Table:
     n = len(ids)
-    batch = messages_batch([f"body-{i}".encode() for i in ids], ids, [1_700_000_000_000_000 + i for i in range(n)],
-                           [None] * n, [None] * n)
-    return pa.Table.from_arrays([pa.array([SUB] * n), pa.array([f"ack-{i}" for i in ids]), *batch.columns,
-                                 pa.array(roles if roles is not None else [KEEP] * n, pa.int8())], schema=SLICE_SCHEMA)
+    batch = messages_batch(
+        [f"body-{i}".encode() for i in ids], ids, [1_700_000_000_000_000 + i for i in range(n)], [None] * n, [None] * n
+    )
+    return pa.Table.from_arrays(
+        [
+            pa.array([SUB] * n),
+            pa.array([f"ack-{i}" for i in ids]),
+            *batch.columns,
+            pa.array(roles if roles is not None else [KEEP] * n, pa.int8()),
+        ],
+        schema=SLICE_SCHEMA,
+    )
 
 
 def _info(table: pa.Table) -> SliceInfo:
     kept = table.column("role").to_pylist().count(KEEP)
-    return SliceInfo(rows=table.num_rows, kept=kept, oldest_us=None, pulled_at=time.time(),
-                     proven_until=time.time() + 10, handed_back=0)
+    return SliceInfo(
+        rows=table.num_rows,
+        kept=kept,
+        oldest_us=None,
+        pulled_at=time.time(),
+        proven_until=time.time() + 10,
+        handed_back=0,
+    )
 
 
 def _publish(store: SliceStore, bid: int, part: int, table: pa.Table) -> bool:
@@ -74,10 +88,12 @@ def test_one_attempt_pulls_at_a_time_and_a_dead_holder_releases(storage_url, mon
     held.release()
     store.claim(3, 0, wait=0).release()
     # A holder that dies (an executor lost mid-pull) on this host releases its claim with its process.
-    code = ("import sys, time; from crdb_pubsub.source.executors.store import SliceStore; "
-            "from crdb_pubsub.source.storage import open_storage; "
-            f"c = SliceStore(open_storage({storage_url!r})).claim(3, 0, wait=0); print('held', flush=True); "
-            "time.sleep(60)")
+    code = (
+        "import sys, time; from crdb_pubsub.source.executors.store import SliceStore; "
+        "from crdb_pubsub.source.storage import open_storage; "
+        f"c = SliceStore(open_storage({storage_url!r})).claim(3, 0, wait=0); print('held', flush=True); "
+        "time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
@@ -114,12 +130,22 @@ def test_a_retried_task_replays_its_recorded_slice_without_pulling(storage_url, 
         raise AssertionError("a recorded slice was pulled again")
 
     monkeypatch.setattr(task, "_rpc", no_pull)
-    opts = parse_options({"subscription": SUB, "emulatorHost": "127.0.0.1:1", "receiver": "executors",
-                          "stateDir": storage_url})
+    opts = parse_options(
+        {"subscription": SUB, "emulatorHost": "127.0.0.1:1", "receiver": "executors", "stateDir": storage_url}
+    )
     recorded = _slice(["1", "2", "3"], roles=[KEEP, REDELIVERY, KEEP])  # "2": recorded, not yielded
     assert _publish(SliceStore(open_storage(storage_url)), 9, 1, recorded)
-    order = SliceOrder(batch_id=9, index=1, parts=2, subscriptions=(SUB,), max_messages=10, max_bytes=1 << 20,
-                       seconds=1.0, deadlines={SUB: 10}, lease_seconds=10)
+    order = SliceOrder(
+        batch_id=9,
+        index=1,
+        parts=2,
+        subscriptions=(SUB,),
+        max_messages=10,
+        max_bytes=1 << 20,
+        seconds=1.0,
+        deadlines={SUB: 10},
+        lease_seconds=10,
+    )
     with pulled_slice(opts, order) as first, pulled_slice(opts, order) as again:
         pass
     assert first.schema == MESSAGE_SCHEMA

@@ -59,10 +59,10 @@ def test_a_retry_takes_over_the_claim_of_an_attempt_that_died_holding_it(fake, m
     from pyspark import cloudpickle
 
     fake.create_subscription(SUB, ack_deadline=10)
-    ids = fake.publish(SUB, [f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode()
-                             for i in range(20)])
-    reader = make_reader(SUB, receiver="executors", stateDir=tmp_path / "state", numPartitions=1,
-                         ackDeadlineSeconds=10)
+    ids = fake.publish(
+        SUB, [f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode() for i in range(20)]
+    )
+    reader = make_reader(SUB, receiver="executors", stateDir=tmp_path / "state", numPartitions=1, ackDeadlineSeconds=10)
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     (partition,) = reader.partitions(start, end)

@@ -20,7 +20,13 @@ def test_remembered_keeps_ids_that_are_not_plain_numbers():
     h = Remembered()
     h.add("s", ["007", "abc", "12345678901234567890", "42"], expires_at=10.0)
     assert h.seen("s", ["7", "007", "abc", "12345678901234567890", "42", "43"], now=1.0) == [
-        False, True, True, True, True, False]
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_remembered_merges_generations_without_forgetting_early():

@@ -19,13 +19,23 @@ USERS = 'attributes.TABLE_NAME = "users" OR NOT attributes:TABLE_NAME'
 def test_filter_needs_topic():
     with pytest.raises(OptionError, match="filter"):
         parse_options({"subscription": "projects/p/subscriptions/sub-x", "filter": USERS})
-    assert parse_options({"subscription": "projects/p/subscriptions/sub-x", "topic": "projects/p/topics/t-x",
-                          "filter": USERS}).filter == USERS
+    assert (
+        parse_options(
+            {"subscription": "projects/p/subscriptions/sub-x", "topic": "projects/p/topics/t-x", "filter": USERS}
+        ).filter
+        == USERS
+    )
 
 
 def _receiver(host: str, sub: str) -> Receiver:
-    return Receiver(Rpc(subscriber_client(host)), [sub], lease_seconds=10, max_lease_seconds=60,
-                    max_messages=1000, max_bytes=1 << 26)
+    return Receiver(
+        Rpc(subscriber_client(host)),
+        [sub],
+        lease_seconds=10,
+        max_lease_seconds=60,
+        max_messages=1000,
+        max_bytes=1 << 26,
+    )
 
 
 @pytest.mark.integration

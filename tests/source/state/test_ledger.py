@@ -25,17 +25,25 @@ class Clock:
 
 
 def open_ledger(path, clock=None, wait=0.2) -> Ledger:
-    return Ledger(str(path), wait_seconds=wait, window_seconds=WINDOW, unconfirmed_seconds=UNCONFIRMED,
-                  wall=clock or Clock())
+    return Ledger(
+        str(path), wait_seconds=wait, window_seconds=WINDOW, unconfirmed_seconds=UNCONFIRMED, wall=clock or Clock()
+    )
 
 
 def batch(ids: range) -> pa.Table:
     n = len(ids)
-    return pa.table({
-        "sub": [SUB] * n, "ack_id": [f"ack{i}" for i in ids], "data": [b"{}"] * n,
-        "message_id": [str(i) for i in ids], "publish_us": [0] * n, "attributes": pa.array([None] * n,
-        pa.map_(pa.string(), pa.string())), "ordering_key": [None] * n,
-    }, schema=BATCH_SCHEMA)
+    return pa.table(
+        {
+            "sub": [SUB] * n,
+            "ack_id": [f"ack{i}" for i in ids],
+            "data": [b"{}"] * n,
+            "message_id": [str(i) for i in ids],
+            "publish_us": [0] * n,
+            "attributes": pa.array([None] * n, pa.map_(pa.string(), pa.string())),
+            "ordering_key": [None] * n,
+        },
+        schema=BATCH_SCHEMA,
+    )
 
 
 def test_a_planned_batch_is_recovered_until_its_commit_is_recorded(storage_url):
@@ -87,10 +95,16 @@ def test_the_refusal_names_the_process_that_holds_the_directory(storage_url):
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from crdb_pubsub.source.state.ledger import Ledger; "
-         f"Ledger({storage_url!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
-         "print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from crdb_pubsub.source.state.ledger import Ledger; "
+            f"Ledger({storage_url!r}, wait_seconds=0, window_seconds=1, unconfirmed_seconds=1); "
+            "print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StateDirError) as refused:
@@ -190,12 +204,19 @@ def _holder_and_taker(tmp_path, holder_run: str, taker_run: str, wait: float) ->
     import sys
 
     state = tmp_path / "state"
-    holder = subprocess.Popen([sys.executable, str(_runner_script(tmp_path, "a", _HOLDER)), str(state), holder_run],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, str(_runner_script(tmp_path, "a", _HOLDER)), str(state), holder_run],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        done = subprocess.run([sys.executable, str(_runner_script(tmp_path, "b", _TAKER)), str(state), taker_run,
-                               str(wait)], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, str(_runner_script(tmp_path, "b", _TAKER)), str(state), taker_run, str(wait)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         try:
             holder.wait(2)
@@ -233,8 +254,14 @@ def test_unconfirmed_acknowledgements_on_disk_are_bounded(storage_url):
     """An hour of failing acknowledgements must not fill the disk: past ``max_unconfirmed`` rows
     the oldest are forgotten (their messages are read again if Pub/Sub delivers them again)."""
     clock = Clock()
-    ledger = Ledger(storage_url, wait_seconds=0.2, window_seconds=WINDOW, unconfirmed_seconds=UNCONFIRMED,
-                    wall=clock, max_unconfirmed=5)
+    ledger = Ledger(
+        storage_url,
+        wait_seconds=0.2,
+        window_seconds=WINDOW,
+        unconfirmed_seconds=UNCONFIRMED,
+        wall=clock,
+        max_unconfirmed=5,
+    )
     ledger.claim("run-1", [SUB], fresh=True)
     for bid in range(1, 5):
         rows = [(SUB, f"{bid}-{i}", f"a{bid}-{i}") for i in range(2)]

@@ -40,9 +40,15 @@ def test_create_is_write_once(storage):
 def test_create_above_the_multipart_size_is_write_once(storage, kind, request):
     """9 MiB: Cloud Storage's client library uploads it resumably (multipart up to 8 MiB)."""
     if kind == "gcs":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "fake-gcs-server 1.54.0 ignores ifGenerationMatch on resumable uploads (fixed upstream in "
-            "1.55.0, fsouza/fake-gcs-server#2260); Cloud Storage honours it")))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "fake-gcs-server 1.54.0 ignores ifGenerationMatch on resumable uploads (fixed upstream in "
+                    "1.55.0, fsouza/fake-gcs-server#2260); Cloud Storage honours it"
+                ),
+            )
+        )
     big = os.urandom(9 * 2**20)
     assert storage.create("big.bin", big) is True
     assert storage.create("big.bin", b"x" * (9 * 2**20)) is False
@@ -107,10 +113,18 @@ def test_invalid_keys_are_refused(storage, key):
 def _arrow_file(batches: int = 4, rows: int = 500, body: int = 2000) -> tuple[bytes, pa.Table]:
     rng = random.Random(7)
     schema = pa.schema([("sub", pa.string()), ("ack_id", pa.string()), ("body", pa.binary()), ("n", pa.int64())])
-    tables = [pa.table({"sub": [f"projects/p/subscriptions/s{b}"] * rows,
-                        "ack_id": [f"ack-{b}-{i}" for i in range(rows)],
-                        "body": [rng.randbytes(body) for _ in range(rows)],
-                        "n": list(range(b * rows, (b + 1) * rows))}, schema=schema) for b in range(batches)]
+    tables = [
+        pa.table(
+            {
+                "sub": [f"projects/p/subscriptions/s{b}"] * rows,
+                "ack_id": [f"ack-{b}-{i}" for i in range(rows)],
+                "body": [rng.randbytes(body) for _ in range(rows)],
+                "n": list(range(b * rows, (b + 1) * rows)),
+            },
+            schema=schema,
+        )
+        for b in range(batches)
+    ]
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, schema) as writer:
         for t in tables:
@@ -197,8 +211,7 @@ def test_a_killed_writer_leaves_nothing_readable(storage, storage_url, kind):
     client sends half of a multipart upload's body and hangs up."""
     key = "slices/1/00000.arrow"
     if kind == "posix":
-        child = subprocess.Popen([sys.executable, "-c", _FROZEN_WRITER, storage_url], stdout=subprocess.PIPE,
-                                 text=True)
+        child = subprocess.Popen([sys.executable, "-c", _FROZEN_WRITER, storage_url], stdout=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline().strip() == "WRITTEN"
         finally:
@@ -223,12 +236,16 @@ def test_a_killed_writer_leaves_nothing_readable(storage, storage_url, kind):
 def _upload_part(endpoint: str, url, key: str, size: int, *, whole: bool) -> None:
     host, port = urlsplit(endpoint).hostname, urlsplit(endpoint).port
     name = f"{url.path.strip('/')}/{key}"
-    head = (b'--B\r\nContent-Type: application/json\r\n\r\n{"name": "' + name.encode() + b'"}\r\n'
-            b"--B\r\nContent-Type: application/octet-stream\r\n\r\n")
+    head = (
+        b'--B\r\nContent-Type: application/json\r\n\r\n{"name": "' + name.encode() + b'"}\r\n'
+        b"--B\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
     body_len = len(head) + size + len(b"\r\n--B--\r\n")
-    request = (f"POST /upload/storage/v1/b/{url.netloc}/o?uploadType=multipart&ifGenerationMatch=0 HTTP/1.1\r\n"
-               f"Host: {host}:{port}\r\nContent-Type: multipart/related; boundary=B\r\n"
-               f"Content-Length: {body_len}\r\n\r\n").encode()
+    request = (
+        f"POST /upload/storage/v1/b/{url.netloc}/o?uploadType=multipart&ifGenerationMatch=0 HTTP/1.1\r\n"
+        f"Host: {host}:{port}\r\nContent-Type: multipart/related; boundary=B\r\n"
+        f"Content-Length: {body_len}\r\n\r\n"
+    ).encode()
     with socket.create_connection((host, port)) as sock:
         sock.sendall(request + head + b"x" * (size if whole else size // 2))
         if whole:

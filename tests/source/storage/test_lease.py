@@ -35,8 +35,9 @@ class Clock:
 
 
 def lease(storage, clock: Clock, key: str = "v3/LOCK", **kw) -> Lease:
-    return Lease(storage, key, ttl=kw.pop("ttl", TTL), margin=kw.pop("margin", MARGIN), clock=clock,
-                 sleep=clock.sleep, **kw)
+    return Lease(
+        storage, key, ttl=kw.pop("ttl", TTL), margin=kw.pop("margin", MARGIN), clock=clock, sleep=clock.sleep, **kw
+    )
 
 
 def test_acquire_renew_release(storage):
@@ -120,8 +121,11 @@ def test_a_lost_lease_cannot_write(storage):
         a.delete(["batches/1.arrow"])
     assert storage.list("batches/") == ["batches/1.arrow"] and storage.stat("META.json") is None
     assert b.create("batches/2.arrow", b"by b", metadata={"n": "2"})
-    assert storage.stat("batches/2.arrow").metadata == {"n": "2", FENCE_KEY: "v3/LOCK",
-                                                         FENCE_GENERATION: str(b.generation)}
+    assert storage.stat("batches/2.arrow").metadata == {
+        "n": "2",
+        FENCE_KEY: "v3/LOCK",
+        FENCE_GENERATION: str(b.generation),
+    }
 
 
 def test_the_holder_stops_writing_before_anyone_can_take_over(storage):

@@ -143,8 +143,10 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     except Exception:  # noqa: BLE001 - some are not {Key, Value, Topic}: the others still may be
         parsed = [decode_or_none(_BARE_WRAP_DECODE, b) for b in raws]
         keep = [p is not None for p in parsed]
-        idx, parsed, raws = idx[np.array(keep, dtype=bool)], list(itertools.compress(parsed, keep)), list(
-            itertools.compress(raws, keep)
+        idx, parsed, raws = (
+            idx[np.array(keep, dtype=bool)],
+            list(itertools.compress(parsed, keep)),
+            list(itertools.compress(raws, keep)),
         )
         if not parsed:
             return None
@@ -211,7 +213,6 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     return Matched(idx=idx[ok], keys=keys, values={"__crdb__": meta}, key=key, topic=topic, after=after)
 
 
-
 def _bare_rows(g: Matched, bodies: list[bytes]) -> pa.Array:
     """The rows of bare bodies proven canonical: CockroachDB's own layout of the columns, exactly
     what the general path rebuilds. They are in the bodies already: ``{"Key":K,"Value":{"__crdb__":
@@ -274,7 +275,6 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
         "source": pa.nulls(m, pa.string()),
     }
     return ~bad, cols
-
 
 
 FAMILY = Family(

@@ -58,8 +58,7 @@ def tombstone_row() -> Row:
 
 def is_transaction(d: dict[str, bytes]) -> bool:
     """Debezium's transaction metadata event (BEGIN/END of a source transaction)."""
-    return ("status" in d and "id" in d and set(d) <= _TRANSACTION_KEYS
-            and d["status"] in (b'"BEGIN"', b'"END"'))
+    return "status" in d and "id" in d and set(d) <= _TRANSACTION_KEYS and d["status"] in (b'"BEGIN"', b'"END"')
 
 
 def _event_us(d: dict[str, bytes]) -> int | None:
@@ -223,8 +222,17 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     micros = np.where(use_top & top_fits, top_ms * np.where(top_fits, 1000, 0), micros)
     known |= use_top & top_fits
     bad |= g.utf8_bad()
-    cols = row_columns(m, "debezium", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
-                       commit=micros_array(micros, known))
+    cols = row_columns(
+        m,
+        "debezium",
+        src,
+        src_obj,
+        op=op.unquoted(),
+        before=before,
+        after=after,
+        table=table,
+        commit=micros_array(micros, known),
+    )
     return ~bad, cols
 
 

@@ -176,8 +176,21 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     table = pc.if_else(pc.equal(table, ""), NULL_STR, table)
     topic = pa.array(g.topic, pa.string())
     table = pc.coalesce(table, table_names(topic, table_from_topic))
-    cols = row_columns(m, "enriched", src, src_obj, op=op.unquoted(), before=before, after=after, table=table,
-                       commit=commit, topic=topic, key=key_out, updated=updated, mvcc=mvcc)
+    cols = row_columns(
+        m,
+        "enriched",
+        src,
+        src_obj,
+        op=op.unquoted(),
+        before=before,
+        after=after,
+        table=table,
+        commit=commit,
+        topic=topic,
+        key=key_out,
+        updated=updated,
+        mvcc=mvcc,
+    )
     return ~bad, cols
 
 

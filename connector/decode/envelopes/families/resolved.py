@@ -70,8 +70,9 @@ def _fast(bodies: list[bytes], envelope: str) -> list[Part]:
         resolved = pa.array([hlc for _, hlc in found], pa.binary()).cast(pa.string())
         none = pa.nulls(m, pa.string())
         cols = dict.fromkeys(("topic", "table_name", "key", "op", "before", "after", "updated", "mvcc_timestamp", "source"), none)  # fmt: skip
-        cols.update(kind=const("resolved", m), envelope=const(out, m), resolved=resolved,
-                    commit_time=hlc_micros_array(resolved))
+        cols.update(
+            kind=const("resolved", m), envelope=const(out, m), resolved=resolved, commit_time=hlc_micros_array(resolved)
+        )
         parts.append((idx, cols))
     return parts
 

@@ -50,7 +50,7 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 
 
 def _refuse(d: dict[str, bytes]) -> str:
-    return "envelope=webhook expects {\"payload\": [...], \"length\": n}"
+    return 'envelope=webhook expects {"payload": [...], "length": n}'
 
 
 FAMILY = Family(order=30, names=("webhook",), claims=_claims, decode=_decode, refuse=_refuse)

@@ -63,6 +63,7 @@ def _refuse(d: dict[str, bytes]) -> str:
 
 # -- the fast path -----------------------------------------------------------------------------------
 
+
 # gc=False: these hold no containers, and 200k GC-tracked objects per call cost more than the parse.
 class _FValue(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     after: Raw
@@ -125,8 +126,9 @@ def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
     return None
 
 
-def _optional_lengths(values: Sequence[Raw | bytes | str | UnsetType], fixed: int
-                      ) -> tuple[np.ndarray | int, np.ndarray | None]:
+def _optional_lengths(
+    values: Sequence[Raw | bytes | str | UnsetType], fixed: int
+) -> tuple[np.ndarray | int, np.ndarray | None]:
     """(length contribution, presence mask or None when all present/all absent) of an optional field."""
     n = len(values)
     absent = values.count(UNSET)
@@ -151,8 +153,9 @@ def _present(values: Sequence[Any]) -> np.ndarray:
     return np.fromiter(map(operator.is_not, values, itertools.repeat(UNSET)), dtype=bool, count=n)
 
 
-def _before_column(raws: Sequence[Raw | bytes | UnsetType], m: int
-                   ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+def _before_column(
+    raws: Sequence[Raw | bytes | UnsetType], m: int
+) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
     """The ``before`` images of canonical wrapped bodies: (column, null mask, which bodies had
     the field at all, which are not canonical)."""
     bad = np.zeros(m, dtype=bool)
@@ -179,9 +182,17 @@ def _before_column(raws: Sequence[Raw | bytes | UnsetType], m: int
     return before_arr, before_null, had_before, bad
 
 
-def _wrapped_columns(m: int, topics: list[str], key_arr: pa.Array, after_arr: pa.Array, after_null: np.ndarray,
-                     before_arr: pa.Array, before_null: np.ndarray, had_before: np.ndarray,
-                     hlc: dict[str, pa.Array]) -> dict[str, pa.Array]:
+def _wrapped_columns(
+    m: int,
+    topics: list[str],
+    key_arr: pa.Array,
+    after_arr: pa.Array,
+    after_null: np.ndarray,
+    before_arr: pa.Array,
+    before_null: np.ndarray,
+    had_before: np.ndarray,
+    hlc: dict[str, pa.Array],
+) -> dict[str, pa.Array]:
     """The output columns of ``m`` canonical wrapped bodies, from their proven raw columns."""
     # op: after null -> d; with before: before null -> c else u; an upsert without before -> u.
     op_code = np.where(after_null, 2, np.where(had_before & before_null, 0, 1)).astype(np.int8)
@@ -291,8 +302,9 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             break
         good = ~bad
 
-    return idx, _wrapped_columns(m, cols["topic"], key_arr, after_arr, after_null, before_arr, before_null,
-                                 had_before, hlc)
+    return idx, _wrapped_columns(
+        m, cols["topic"], key_arr, after_arr, after_null, before_arr, before_null, had_before, hlc
+    )
 
 
 def _likely(first: bytes) -> int:
