@@ -325,24 +325,29 @@ def main(argv: list[str] | None = None) -> int:
     from crdb_pubsub.emulator import create_topic_and_subscription, emulator
 
     with emulator(project=PROJECT) as host:
-        topic, sub_a = create_topic_and_subscription(host, PROJECT, "bench", "bench-baseline", ack_deadline_seconds=60)
+        # Names unique to this run: a long-lived server (PUBSUB_EMULATOR_HOST, e.g. fastpubsub) keeps
+        # an earlier run's topics, and CreateTopic on an existing name fails.
+        t = f"-{os.getpid()}-{int(time.time())}" if os.environ.get("PUBSUB_EMULATOR_HOST") else ""
+        topic, sub_a = create_topic_and_subscription(
+            host, PROJECT, "bench" + t, "bench-baseline" + t, ack_deadline_seconds=60
+        )
         _, sub_b = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-connector", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-connector" + t, ack_deadline_seconds=60, exist_ok=True
         )
         _, sub_cold = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-cold", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-cold" + t, ack_deadline_seconds=60, exist_ok=True
         )
         _, sub_r = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-receiver", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-receiver" + t, ack_deadline_seconds=60, exist_ok=True
         )
         _, sub_s = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-streaming", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-streaming" + t, ack_deadline_seconds=60, exist_ok=True
         )
         _, sub_c = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-executors", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-executors" + t, ack_deadline_seconds=60, exist_ok=True
         )
         _, sub_h = create_topic_and_subscription(
-            host, PROJECT, "bench", "bench-held", ack_deadline_seconds=60, exist_ok=True
+            host, PROJECT, "bench" + t, "bench-held" + t, ack_deadline_seconds=60, exist_ok=True
         )
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
@@ -374,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         emulator_a_held = cpu.jvm_seconds()[1] - emulator_before - emulator_a
         cold, cold_rows, cold_batches, cold_drv, cold_exe = connector(spark, host, sub_cold, len(bodies), options, cpu)
         # Warm-up on its own small backlog, then the measured run.
-        wtopic, wsub = create_topic_and_subscription(host, PROJECT, "warmup", "warmup-sub", ack_deadline_seconds=60)
+        wtopic, wsub = create_topic_and_subscription(
+            host, PROJECT, "warmup" + t, "warmup-sub" + t, ack_deadline_seconds=60
+        )
         warm_n = 2000
         _publish(host, wtopic, bodies[:warm_n])
         _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
@@ -384,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         ex_options = {**options, "receiver": "executors"}
         ex_options.setdefault("numPartitions", str(os.cpu_count() or 2))
         xtopic, xsub = create_topic_and_subscription(
-            host, PROJECT, "warmup-ex", "warmup-ex-sub", ack_deadline_seconds=60
+            host, PROJECT, "warmup-ex" + t, "warmup-ex-sub" + t, ack_deadline_seconds=60
         )
         _publish(host, xtopic, bodies[:warm_n])
         _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
