@@ -8,12 +8,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from . import apply  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
 from ._version import __version__
-from .apply import apply_batch, foreach_batch_apply, read_state
-from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import apply
+    from .apply import apply_batch, foreach_batch_apply, read_state
+    from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
+
+# The public names are imported when first used (PEP 562), not with the package: Spark's
+# driver-side runner imports ``crdb_pubsub.source`` once per query and never decodes, and the
+# decoder's first ``pa.array`` imports pandas (~0.5 s of a query's start-up there).
+_LAZY = {
+    "decode_messages": ".decode",
+    "schema_from_enriched": ".decode",
+    "DecodeStats": ".decode",
+    "MalformedMessageError": ".decode",
+    "apply_batch": ".apply",
+    "foreach_batch_apply": ".apply",
+    "read_state": ".apply",
+}
 
 __all__ = [
     "DecodeStats",
@@ -27,6 +43,21 @@ __all__ = [
     "register",
     "schema_from_enriched",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "apply":  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
+        return importlib.import_module(".apply", __name__)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def register(spark: Any) -> None:

@@ -8,6 +8,22 @@ from an enriched message's schema; ``schema`` is the output contract (the 19 col
 ``vocabulary`` and ``hlc`` define the words and the HLC grammar once.
 """
 
-from .decoder import ENVELOPES, MODES, DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .decoder import ENVELOPES, MODES, DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 
 __all__ = ["ENVELOPES", "MODES", "DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first used (PEP 562): ``crdb_pubsub.decode.vocabulary`` and ``.ddl`` (the source's
+    # options) come without the decoder, whose first ``pa.array`` imports pandas; Spark's driver-side
+    # runner, which never decodes, starts ~0.5 s sooner.
+    if name in __all__:
+        from . import decoder
+
+        value = getattr(decoder, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
