@@ -317,7 +317,8 @@ def _stop_all_at_exit() -> None:
 class Emulator:
     """A running (or borrowed) Pub/Sub emulator.
 
-    Attributes:
+    Attributes
+    ----------
         host_port: ``"host:port"`` for clients (``PUBSUB_EMULATOR_HOST`` value, ``api_endpoint``).
         backend: ``"env"``, ``"sdk"`` or ``"docker"``.
         project: the project id the readiness probe used.
@@ -649,12 +650,14 @@ def start_emulator(
         timeout: overall seconds allowed for startup, including the readiness probe.
         log_path: where the sdk emulator logs (kept after stop); default a temp file removed on stop.
 
-    Returns:
+    Returns
+    -------
         A running :class:`Emulator`; the caller must :meth:`Emulator.stop` it (or use ``with``).
         An atexit hook, a watchdog process and (Linux) PR_SET_PDEATHSIG stop it if the caller can't.
         Nothing global is modified: ``PUBSUB_EMULATOR_HOST`` is not set for you.
 
-    Raises:
+    Raises
+    ------
         EmulatorUnavailable: no backend (or not the forced one) is installed/reachable.
         EmulatorStartError: a backend was found but did not become ready within ``timeout``.
         ValueError: invalid ``backend`` or ``port``.

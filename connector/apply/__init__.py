@@ -206,7 +206,8 @@ def read_state(
 
 def current_state_sql(table_ref: str) -> str:
     """SQL for the live rows of a state table in any engine (``delta.`/lake/state/users```,
-    ``delta_scan('/lake/state/users')`` in DuckDB, a catalog name): tombstones filtered out."""
+    ``delta_scan('/lake/state/users')`` in DuckDB, a catalog name): tombstones filtered out.
+    """
     return f"SELECT * FROM {table_ref} WHERE NOT _crdb_deleted"
 
 

@@ -63,7 +63,8 @@ class TableCounts:
 @dataclasses.dataclass
 class ApplyResult:
     """The outcome of one batch: ``messages`` (input rows of every kind), ``rows_in`` (row changes),
-    ``malformed`` (all malformed input, also messages with no table), up to five example ``errors``."""
+    ``malformed`` (all malformed input, also messages with no table), up to five example ``errors``.
+    """
 
     batch_id: int
     tables: dict[str, TableCounts]

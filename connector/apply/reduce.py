@@ -59,7 +59,8 @@ class _Change:
 @dataclasses.dataclass
 class TableBatch:
     """One table's changes in a micro-batch, reduced: ``groups`` maps (key, family) to its
-    candidates, best first (a candidate whose values do not fit the schema is skipped for the next)."""
+    candidates, best first (a candidate whose values do not fit the schema is skipped for the next).
+    """
 
     table: str
     changes: int = 0

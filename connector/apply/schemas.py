@@ -1,5 +1,6 @@
 """Table schemas for the apply helper: Spark DDL from CockroachDB types, Arrow/Spark conversion,
-the bookkeeping columns, and the types a new column gets when the changefeed grows one."""
+the bookkeeping columns, and the types a new column gets when the changefeed grows one.
+"""
 
 from __future__ import annotations
 
@@ -142,7 +143,8 @@ def arrow_schema_of(struct: StructType) -> pa.Schema:
 
 def plain_arrow_type(t: pa.DataType) -> pa.DataType:
     """string_view/large types (delta-rs and DataFusion hand them back) as the plain ones Spark's
-    type mapping and pandas know."""
+    type mapping and pandas know.
+    """
     import pyarrow as pa
 
     if pa.types.is_string_view(t) or pa.types.is_large_string(t):

@@ -1,5 +1,6 @@
 """Bulk Arrow helpers the fast paths share: string columns straight from raw JSON bytes, first
-bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps."""
+bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
 
 def utf8_bad(arr: pa.Array, raws: Sequence | None = None) -> np.ndarray | None:
     """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure
-    (from ``raws``, the values' texts, or else from the array's own buffers)."""
+    (from ``raws``, the values' texts, or else from the array's own buffers).
+    """
     try:
         arr.validate(full=True)
         return None
@@ -93,6 +95,6 @@ def table_names(topic: pa.Array, name_of: Callable[[str | None], str | None]) ->
 
 
 def hlc_micros_array(arr: pa.Array) -> pa.Array:
-    """commit time (timestamp[us, UTC]) from an array of validated HLC strings, vectorised."""
+    """Commit time (timestamp[us, UTC]) from an array of validated HLC strings, vectorised."""
     wall = pc.cast(pc.utf8_slice_codeunits(arr, 0, -11), pa.int64())
     return pc.cast(pc.divide(wall, 1000), pa.timestamp("us", tz="UTC"))

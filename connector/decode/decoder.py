@@ -135,7 +135,8 @@ def _converters(struct_json: str) -> tuple[Any, Any]:
 
 def _as_list(name: str, values: Any, n: int) -> list | pa.Array | None:
     """Metadata aligned with the bodies: a list, or an Arrow array kept as it is (no Python objects
-    per message: the streaming source passes its columns straight through)."""
+    per message: the streaming source passes its columns straight through).
+    """
     if values is None:
         return None
     if isinstance(values, pa.ChunkedArray):
@@ -295,7 +296,8 @@ _FILL = ("resolved", "source", "error")
 
 def _fast_parts(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray, dict[str, pa.Array]]]:
     """The families' fast paths that run under ``envelope``, the most likely first (judged by the
-    first body), each on what the previous ones left: [(message indices, columns)]."""
+    first body), each on what the previous ones left: [(message indices, columns)].
+    """
     paths = merged(f.fast for f in registry.FAMILIES if f.fast is not None and envelope in f.fast.envelopes)
     if not paths or not bodies:
         return []
@@ -358,7 +360,8 @@ def _general_part(
     parts: list,
 ) -> tuple[list[Row], list[str | None], list[tuple[int, str]]]:
     """The general path over every message the fast paths did not take; appends its rows (and
-    the malformed rows, by mode) to ``parts``. Returns the rows, their errors and the malformed."""
+    the malformed rows, by mode) to ``parts``. Returns the rows, their errors and the malformed.
+    """
     results: list[tuple[int, list[Row] | None, str | None]] = []
     for i in slow_indices:
         try:
@@ -559,7 +562,8 @@ def decode_messages(
 
 def _tombstone_keys(columns: dict[str, pa.Array]) -> pa.Array:
     """A Debezium tombstone's body carries no key: take the Pub/Sub message's ordering key, else its
-    ``key`` attribute (where the producer put the record key)."""
+    ``key`` attribute (where the producer put the record key).
+    """
     tomb = pc.equal(columns["kind"], "tombstone")
     from_attr = pc.map_lookup(columns["attributes"], pa.scalar("key"), "first")
     fallback = pc.coalesce(columns["ordering_key"], from_attr)

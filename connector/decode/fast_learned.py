@@ -209,7 +209,8 @@ _PAYLOAD_KEYS = frozenset(("payload", "schema"))
 
 def learn_payload(raw: bytes | Raw, wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}`` (inside the
-    v2 wrapper's ``Value``), or None when ``raw`` is not of that form."""
+    v2 wrapper's ``Value``), or None when ``raw`` is not of that form.
+    """
     try:
         obj = _OBJ_DECODE(raw)
         if wrapper:
@@ -237,7 +238,8 @@ class Matched:
     (decoded), None without a wrapper; ``parsed`` and ``getters``: the Structs the bodies decoded
     into and a getter per key, to take out other values later; ``ascii``: which bodies are ASCII
     (None: not known); ``after``: row images already cut from the bodies (bare, see its quick
-    path); ``built``: the columns built so far (by key, "" for the wrapper Key, see col)."""
+    path); ``built``: the columns built so far (by key, "" for the wrapper Key, see col).
+    """
 
     idx: np.ndarray
     keys: tuple[str, ...]
@@ -275,7 +277,8 @@ class Matched:
         Outside its values, a body proven to have this layout is keys and punctuation, valid text;
         so the values decide: those of the columns built, the ``arrays`` (which hold the values of
         the keys ``covered``), and every other value of the layout, taken out here. Nothing is
-        checked when all the bodies are ASCII."""
+        checked when all the bodies are ASCII.
+        """
         m = len(self.idx)
         bad = np.zeros(m, dtype=bool)
         if self.ascii is not None and self.ascii.all():
@@ -360,7 +363,8 @@ def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> 
 
     As in _spaceless_equal, a raw is never shorter than that encoding; when there are no spaces to
     set aside (the producer writes no whitespace), equal lengths mean no key repeats, no key is
-    escaped and there is no whitespace at all: one length per message, no byte counted."""
+    escaped and there is no whitespace at all: one length per message, no byte counted.
+    """
     m = len(raws)
     want = len(ENCODE(parsed)) - (m + 1)  # one call: "[" e1 "," e2 ... "]"
     if want == (total if total is not None else sum(map(len, raws))):
@@ -381,7 +385,8 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
     giving them); the others' values are then not even taken out of the Structs (Matched.raws
     takes them later), when no proof needs them. ``stats``: the total length and (None: not
     counted) spaces of all ``raws``, when the caller has them. ``payload``: the layouts are the
-    ``payload`` of ``{"schema": S, "payload": {...}}`` objects (S kept raw, see Matched.schema)."""
+    ``payload`` of ``{"schema": S, "payload": {...}}`` objects (S kept raw, see Matched.schema).
+    """
     out: list[Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[tuple[str, ...], tuple[str, ...] | None]] = set()
@@ -537,7 +542,8 @@ class Col:
 
     def unquoted(self) -> pa.Array:
         """The text inside the quotes (for values already proven to be plain JSON strings). Sliced as
-        bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch."""
+        bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch.
+        """
         return pc.binary_slice(self.arr.view(pa.binary()), 1, -1).view(pa.string())
 
     def ints(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -557,7 +563,8 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
            names: tuple[str, ...], col: Col | None = None) -> tuple[np.ndarray, dict[str, Col]]:  # fmt: skip
     """Learned-layout match of the objects ``raws[i]`` (where ``present``): (matched mask, fields).
 
-    ``col``: the same texts as a column already built (its bytes are then counted, not joined again)."""
+    ``col``: the same texts as a column already built (its bytes are then counted, not joined again).
+    """
     m = len(raws)
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
@@ -592,7 +599,8 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
 
 def per_distinct(texts: Sequence[Raw], read: Callable[[bytes], Any]) -> tuple[np.ndarray, list[Any]]:
     """(ok mask, ``read(text)``) for each of ``texts``, read once per distinct text (the schema blocks
-    of one table's messages are one text); ok False where ``read`` raised."""
+    of one table's messages are one text); ok False where ``read`` raised.
+    """
     seen: dict[int, list[tuple[Raw, bool, Any]]] = {}
     ok = np.ones(len(texts), dtype=bool)
     out: list[Any] = []
@@ -616,7 +624,8 @@ def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     """commit_time from HLC strings: ``updated`` when present, else ``mvcc_timestamp``.
 
     The callers reject the messages whose HLCs are not valid, after this: such a value (``" 1.0"``)
-    gets a placeholder here, so that the bulk cast cannot fail on it."""
+    gets a placeholder here, so that the bulk cast cannot fail on it.
+    """
     m = len(updated)
     commit = pa.nulls(m, pa.timestamp("us", tz="UTC"))
     for arr in (mvcc, updated):
@@ -659,7 +668,8 @@ def row_columns(
     mvcc: pa.Array | None = None,
 ) -> dict[str, pa.Array]:
     """The columns of ``m`` change rows of one envelope; ``source`` is the block's text where it is
-    an object (null where absent or JSON null), what the envelope lacks is null."""
+    an object (null where absent or JSON null), what the envelope lacks is null.
+    """
     source = src.arr
     if src.present.any() and not src_obj.all():
         source = pc.if_else(pa.array(src_obj), source, NULL_STR)
@@ -690,7 +700,8 @@ class Frame:
     whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with ``payload``, the layout is
     the ``payload`` of ``{"schema": S, "payload": {...}}`` there (:data:`V2_SCHEMA`: the enriched
     envelope with ``enriched_properties=schema``; :data:`COMPACT_SCHEMA`: Debezium with schemas on,
-    TiCDC with or without them)."""
+    TiCDC with or without them).
+    """
 
     wrapper: bool
     style: tuple[bytes, bytes]
@@ -757,7 +768,8 @@ class LearnedFast:
 @dataclasses.dataclass(frozen=True)
 class _FramePass:
     """The learned fast paths of one frame as one pass: the batch's layouts are learned once, and
-    each matched layout goes to the family that accepts its keys."""
+    each matched layout goes to the family that accepts its keys.
+    """
 
     frame: Frame
     paths: tuple[LearnedFast, ...]
@@ -771,7 +783,8 @@ class _FramePass:
 
 def merged(paths: Iterable[Any]) -> list[Any]:
     """``paths`` (registry.FastPath hooks) with the learned fast paths of each frame merged into one
-    pass, at the first one's place."""
+    pass, at the first one's place.
+    """
     out: list[Any] = []
     at: dict[Frame, int] = {}
     for path in paths:
@@ -853,7 +866,8 @@ def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
     case; matching each topic on its own spares the learned layouts the decode errors, one per
     body of another layout, that a mixed batch costs (~2.6 us each). Only a heuristic: a body is
     proven whatever its group. Up to _MAX_TOPICS topics of at least _MIN_TOPIC bodies get a group
-    of their own; the rest share one."""
+    of their own; the rest share one.
+    """
     n = len(bodies)
     tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
     first = tails[0] if tails else b""

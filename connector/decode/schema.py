@@ -83,7 +83,8 @@ def arrow_schema(row_schema: StructType | None = None) -> pa.Schema:
 def spark_to_arrow(struct: StructType) -> pa.Schema:
     """``to_arrow_schema`` as the running pyspark's data source worker calls it: 4.2+ pass
     ``timezone="UTC"``; 4.0/4.1 have no such argument (their default, ``timestamp_utc=True``, is
-    the same UTC timestamps)."""
+    the same UTC timestamps).
+    """
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:

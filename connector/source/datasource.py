@@ -121,7 +121,8 @@ class _RedactedOptions(dict):
 @dataclass
 class MessagesPartition(InputPartition):
     """One slice of a micro-batch: the messages as one Arrow IPC stream, plus where to report the
-    decode counts (the driver-side reader's stats listener)."""
+    decode counts (the driver-side reader's stats listener).
+    """
 
     batch_id: int
     index: int

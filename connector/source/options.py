@@ -418,7 +418,8 @@ _DECODE_AS: dict[str, str] = {name: extra["decode_as"] for name, extra in _EXTRA
 
 def option_table() -> str:
     """The options as a Markdown table (option, default, meaning), generated from the model: the
-    README's option table and the DataSource's docstring are this text."""
+    README's option table and the DataSource's docstring are this text.
+    """
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for name, field in SourceOptions.model_fields.items():
         extra = _EXTRAS[name]

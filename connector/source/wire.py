@@ -147,7 +147,8 @@ def from_ipc(payload: pa.Buffer | bytes) -> pa.Table:
 
 def slices(n: int, parts: int | None, *, per_part: int = 20_000, max_parts: int = 8) -> list[tuple[int, int]]:
     """Contiguous, near-equal ``(offset, length)`` slices of ``n`` rows; with ``parts=None`` one
-    slice per ``per_part`` rows, at most ``max_parts``."""
+    slice per ``per_part`` rows, at most ``max_parts``.
+    """
     if n <= 0:
         return []
     if parts is None:

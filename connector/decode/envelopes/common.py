@@ -200,7 +200,8 @@ def int_field(d: dict[str, bytes], name: str) -> int | None:
 def schema_name(raw: bytes) -> str | None:
     """The name a ``{"schema": ..., "payload": ...}`` value's schema gives: its ``name`` when that is a
     JSON string, else None (also for a schema that is not an object). A schema object must parse:
-    raises :class:`Bad` on a repeated key."""
+    raises :class:`Bad` on a repeated key.
+    """
     if raw[:1] != b"{":
         return None
     schema = parse_object(raw, "`schema`")

@@ -1,2 +1,3 @@
 """The offset protocol both receiver modes share: offsets, what each Spark call proves, and the
-duties a mode takes on (:class:`~.mode.Mode`)."""
+duties a mode takes on (:class:`~.mode.Mode`).
+"""

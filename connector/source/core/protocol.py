@@ -83,7 +83,8 @@ class OffsetProtocol:
 
     def _begin(self, offset: dict | None) -> None:
         """Every Spark call starts here: start the mode on the first, learn the query run from
-        the first offset that names one (see :meth:`_learn`)."""
+        the first offset that names one (see :meth:`_learn`).
+        """
         if not self._begun:
             self._start(run_of(offset))
         self._learn(offset)

@@ -76,7 +76,8 @@ class DriverMode:
     def start(self, ledger: Ledger | None, recovered: Recovered | None) -> None:
         """Hold what an earlier process planned *before* pulling starts, so that Pub/Sub's
         redeliveries of its messages are recognised as theirs; whether those batches are replayed
-        or planned anew is decided when Spark's calls show which batches it knows."""
+        or planned anew is decided when Spark's calls show which batches it knows.
+        """
         opts = self._opts
         if recovered is not None and recovered.plans:
             raise StateDirError(
@@ -122,7 +123,8 @@ class DriverMode:
     def first_latest(self, committed: int, limits: Limits) -> None:
         """Batches an earlier process planned that Spark never saw go back to the buffer; then
         wait, bounded, for what the subscriptions hold, so that a single-batch run (Trigger.Once,
-        or AvailableNow on 4.0/4.1) reads the backlog."""
+        or AvailableNow on 4.0/4.1) reads the backlog.
+        """
         receiver = self.receiver
         unseen = sorted(b for b in self._recovered if b > committed)
         for bid in unseen:
@@ -150,7 +152,8 @@ class DriverMode:
 
     def available_now_over(self, committed: int) -> bool:
         """Wait until something is buffered or the subscriptions show they are drained; the run is
-        over when nothing is buffered and they are (or only later messages fill the flow control)."""
+        over when nothing is buffered and they are (or only later messages fill the flow control).
+        """
         assert self._cutoff is not None
         cutoff, since = self._cutoff
         receiver = self.receiver

@@ -38,7 +38,8 @@ IMMEDIATE_PAUSE_SECONDS = 0.25
 class Sent:
     """When a Pull was sent (monotonic), whether an ordered subscription's messages were
     outstanding then, and whether to ask with ``return_immediately`` (an AvailableNow run on a
-    subscription whose Pulls time out: a long Pull that times out casts a new shadow)."""
+    subscription whose Pulls time out: a long Pull that times out casts a new shadow).
+    """
 
     at: float
     outstanding: bool

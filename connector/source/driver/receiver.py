@@ -180,7 +180,8 @@ class Receiver:
 
     def wait_until_pulling(self, sub: str) -> bool:
         """False (after a short wait) while ``sub`` should not be pulled: an AvailableNow run that
-        found it drained pulls nothing more from it."""
+        found it drained pulls nothing more from it.
+        """
         with self._cond:
             if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):
                 self._cond.wait(0.5)
@@ -189,7 +190,8 @@ class Receiver:
 
     def sending(self, sub: str) -> Sent:
         """A puller is about to send a Pull on ``sub``: when, and whether messages of an ordered
-        subscription are outstanding (its answer then proves nothing about what waits)."""
+        subscription are outstanding (its answer then proves nothing about what waits).
+        """
         info = self._info.get(sub)
         outstanding = False
         if info is not None and info.ordered:
@@ -206,12 +208,14 @@ class Receiver:
 
     def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
         """A Pull sent at ``sent`` timed out: Pub/Sub may have leased messages to nobody until its
-        deadline plus the subscription's ack deadline."""
+        deadline plus the subscription's ack deadline.
+        """
         self._cast_shadow(sub, sent.at + timeout)
 
     def _cast_shadow(self, sub: str, leased_at: float) -> None:
         """Messages of ``sub`` may be leased (to nobody, or by an acknowledgement not proven) as of
-        ``leased_at``: until that lease lapses, an empty answer proves nothing."""
+        ``leased_at``: until that lease lapses, an empty answer proves nothing.
+        """
         info = self._info.get(sub)
         until = leased_at + (info.ack_deadline if info else self._lease_seconds)
         with self._cond:
@@ -221,7 +225,8 @@ class Receiver:
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
     ) -> None:
         """Sort one Pull response's messages and hold the new ones (``puller``: its slot;
-        ``sent``: when its Pull was sent)."""
+        ``sent``: when its Pull was sent).
+        """
         now = self._clock()
         sent = sent or Sent(now, False)
         info = self._info.get(sub)
@@ -461,7 +466,8 @@ class Receiver:
     def adopt(self, chunks: Sequence[Chunk]) -> None:
         """Hold messages recovered from an earlier process, as part of a planned batch (their ack
         ids are stale: when Pub/Sub delivers them again, the new ack ids are attached, and only
-        those are leased)."""
+        those are leased).
+        """
         with self._cond:
             for c in chunks:
                 c.state = SEALED
@@ -491,7 +497,8 @@ class Receiver:
 
     def set_cutoff(self, publish_us: int | None) -> None:
         """AvailableNow: messages published after ``publish_us`` are held apart and handed back
-        when the run ends; a subscription found drained is pulled no more."""
+        when the run ends; a subscription found drained is pulled no more.
+        """
         with self._cond:
             self._cutoff_us = publish_us
             self._cutoff_at = self._clock()
@@ -517,7 +524,8 @@ class Receiver:
         published at or before ``cutoff_us``, while nothing that would hold messages back was
         outstanding (an ordered subscription's held messages) and after any Pull that timed out
         could have leased messages to nobody: what was published until then has been delivered
-        to us, as far as Pub/Sub can show."""
+        to us, as far as Pub/Sub can show.
+        """
         return all(self._quiet(s, cutoff_us, since) for s in self._subs)
 
     def blocked_by_later_locked(self) -> bool:
@@ -550,7 +558,8 @@ class Receiver:
 
     def end_available_now(self, *, within: float) -> bool:
         """Hand back what was published after the cutoff and wait for every acknowledgement to be
-        answered (at most ``within`` seconds). False when some were not answered in time."""
+        answered (at most ``within`` seconds). False when some were not answered in time.
+        """
         with self._cond:
             later = list(self._later)
             self._cutoff_us = None

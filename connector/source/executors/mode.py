@@ -331,7 +331,8 @@ class ExecutorsMode:
         """Slice ``part`` of committed batch ``bid``, read by its exact name. Spark committed the
         batch, so every task recorded (or replayed) its slice: one not visible yet is waited for,
         and one that stays missing fails the query rather than leave its messages unacknowledged
-        and unrecognised."""
+        and unrecognised.
+        """
         with self._lock:
             known = self._slices.get((bid, part))
         if known is not None:
@@ -403,7 +404,8 @@ class ExecutorsMode:
     def _drop_sets(self, batch_id: int) -> dict[str, IdSet]:
         """By subscription: the ids a task of ``batch_id`` must not yield again (acknowledged without
         proof or not answered yet, or held in a slice of another uncommitted batch; a slice of the
-        same batch is checked by the task itself when it records)."""
+        same batch is checked by the task itself when it records).
+        """
         with self._lock:
             held: dict[str, list[str]] = {}
             for (bid, _), s in self._slices.items():
@@ -426,7 +428,8 @@ class ExecutorsMode:
         an empty answer (or one of only later messages) to a Pull sent after any earlier Pull of
         it could have leased messages to nobody, with Pub/Sub reachable; and for an ordered
         subscription, nothing of it was held when they pulled (no row kept in the batch, the
-        previous acknowledgements answered and proven)."""
+        previous acknowledgements answered and proven).
+        """
         for s in slices:
             for sub, pull in s.info.subs.items():
                 if pull.last not in ("empty", "later") or pull.unavailable:

@@ -14,7 +14,8 @@ TASK_PULL_FRACTION = 0.4  # of the shortest subscription ack deadline: leases ou
 @dataclass(frozen=True)
 class Plan:
     """What the driver decided for one batch, recorded once in the ledger before Spark learns the
-    batch's offset; a replay, in any process, gives the tasks exactly these orders."""
+    batch's offset; a replay, in any process, gives the tasks exactly these orders.
+    """
 
     parts: int
     max_messages: int
@@ -35,7 +36,8 @@ class Plan:
 
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
         """The subscriptions task ``index`` pulls: each task one, round robin, or several each when
-        there are more subscriptions than tasks."""
+        there are more subscriptions than tasks.
+        """
         return tuple(subs[index :: self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
 
 

@@ -120,7 +120,8 @@ class SliceStore:
 
     def publish(self, claim: Lease, batch_id: int, partition: int, table: pa.Table, info: SliceInfo) -> bool:
         """Write the slice durably while ``claim`` is held; False when another attempt's slice is
-        already there. Raises ``LeaseLost`` when the claim was lost (taken over)."""
+        already there. Raises ``LeaseLost`` when the claim was lost (taken over).
+        """
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, SLICE_SCHEMA.with_metadata(info.metadata())) as writer:
             writer.write_table(table.cast(SLICE_SCHEMA) if table.schema != SLICE_SCHEMA else table)
@@ -136,7 +137,8 @@ class SliceStore:
 
     def read_acks(self, batch_id: int, partition: int) -> tuple[pa.Table, SliceInfo] | None:
         """The small columns of a slice (the bodies are not read) and its metadata; ``None`` if
-        none was published."""
+        none was published.
+        """
         source = self.storage.open_input(self.key(batch_id, partition))
         if source is None:
             return None

@@ -35,7 +35,8 @@ class Job:
 
 class Acker:
     """Sends queued :class:`Job` s from its own thread. ``_pending`` counts unanswered jobs and is
-    guarded by ``_idle``'s lock."""
+    guarded by ``_idle``'s lock.
+    """
 
     def __init__(self, rpc: Rpc) -> None:
         self._rpc = rpc

@@ -76,7 +76,8 @@ class Acknowledgements:
 
     def acknowledge(self, chunks: Sequence[Chunk], on_answered: Answered | None = None) -> int:
         """Acknowledge every message of ``chunks``; returns how many. ``on_answered`` runs once
-        every subscription's requests were answered."""
+        every subscription's requests were answered.
+        """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
             if len(c):
@@ -98,7 +99,8 @@ class Acknowledgements:
 
     def resend(self, sub: str, pairs: Sequence[tuple[str, str]]) -> None:
         """Acknowledge again messages an earlier process could not prove acknowledged (their ack
-        ids are probably stale: the messages stay remembered until Pub/Sub delivers them again)."""
+        ids are probably stale: the messages stay remembered until Pub/Sub delivers them again).
+        """
         if not pairs:
             return
         self.remembered.add(sub, [m for m, _ in pairs], self._clock() + self._unproven_memory)

@@ -94,7 +94,8 @@ class Chunk:
 
     def refresh(self, message_id: str, ack_id: str, proven_until: float) -> None:
         """A new delivery of a held message: only its newest ack id is valid from now on, with the
-        lease its own Pull proves (``proven_until``)."""
+        lease its own Pull proves (``proven_until``).
+        """
         if self._pos is None:
             self._pos = {m: i for i, m in enumerate(self.message_ids)}
         i = self._pos[message_id]

@@ -72,7 +72,8 @@ class Leaser:
 
     def add(self, chunks: list[Chunk], granted: float, *, renew_now: bool = False) -> None:
         """Start leasing ``chunks``, whose deadline Pub/Sub set to ``granted`` seconds from now
-        (``renew_now``: renew at the next tick, e.g. chunks another process leased until now)."""
+        (``renew_now``: renew at the next tick, e.g. chunks another process leased until now).
+        """
         now = self._clock()
         with self._lock:
             for c in chunks:
@@ -103,7 +104,8 @@ class Leaser:
 
     def extend(self, chunks: list[Chunk], seconds: int) -> None:
         """Renew ``chunks`` now, from the caller's thread (e.g. at once on receipt when the
-        subscription's own deadline is shorter than the lease wanted)."""
+        subscription's own deadline is shorter than the lease wanted).
+        """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
             by_sub.setdefault(c.sub, []).append(c)

@@ -230,7 +230,8 @@ class Remembered:
 
     def seen(self, sub: str, mids: Sequence[str], now: float) -> list[bool]:
         """For each id: was it acknowledged and is it still remembered? (One binary search per
-        generation: the receive path asks this of every Pull response.)"""
+        generation: the receive path asks this of every Pull response.)
+        """
         if not mids:
             return []
         with self._lock:

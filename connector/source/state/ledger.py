@@ -216,7 +216,8 @@ class Ledger:
         """End the holder if it is a reader of this driver serving ``run``: its run has ended, its
         process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
         :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
-        what a crash leaves."""
+        what a crash leaves.
+        """
         pid = holder.get("pid") if holder.get("host") == socket.gethostname() else None
         meta = self._meta_or_none()
         if not isinstance(pid, int) or meta is None or meta.get("run") != run or not stale_sibling(pid):
@@ -352,7 +353,8 @@ class Ledger:
     def record_plan(self, batch_id: int, plan: dict) -> dict:
         """Record what batch ``batch_id``'s tasks are told, once: the plan an earlier process
         recorded for the same batch wins (its tasks may have recorded slices under it), and is
-        returned."""
+        returned.
+        """
         key = _plan(batch_id)
         with self._lock:
             self._pending.add(key)
@@ -378,7 +380,8 @@ class Ledger:
 
     def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]] | pa.Table) -> None:
         """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id),
-        as tuples or as a table of those three string columns."""
+        as tuples or as a table of those three string columns.
+        """
         if len(rows):
             self._create(_acked(batch_id), _ipc(_acked_table(rows, self._wall()), None))
         with self._lock:
@@ -406,7 +409,8 @@ class Ledger:
 
     def _prune(self) -> None:
         """Forget commit records past their window (the newest stays: it tells a new process what
-        committed), and unconfirmed ones past theirs or past ``max_unconfirmed`` rows in all."""
+        committed), and unconfirmed ones past theirs or past ``max_unconfirmed`` rows in all.
+        """
         now = self._pruned_at = self._wall()
         commits = _commits(self.storage.list(f"{ROOT}/acked/"))
         newest = max((b for b, c in commits.items() if c.record), default=None)

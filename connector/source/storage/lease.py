@@ -204,7 +204,8 @@ class Lease:
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` unless this holder may still write: it holds the lease, no
-        renewal failed, and by its own clock the lease is not within ``margin`` of expiring."""
+        renewal failed, and by its own clock the lease is not within ``margin`` of expiring.
+        """
         with self._mutex:
             if self._generation is None or self._lost is not None:
                 raise LeaseLost(f"lease {self._where()} is not held: {self._lost or 'never acquired'}")
@@ -244,7 +245,8 @@ class Lease:
         """Renew every ``every`` seconds (``ttl / 3``) on a daemon thread until :meth:`stop_renewing`,
         :meth:`release`, or a renewal that finds the lease lost. A renewal that fails for another
         reason (the storage unreachable) is retried at the next tick; meanwhile :meth:`check`
-        refuses writes once the expiry draws near."""
+        refuses writes once the expiry draws near.
+        """
         every = self.ttl / 3 if every is None else every
         with self._mutex:
             if self._renewer is not None and self._renewer.is_alive():

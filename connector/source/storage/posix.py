@@ -228,7 +228,8 @@ class PosixStorage:
     @contextmanager
     def _locked(self, path: Path, *, create: bool, remove: bool = False) -> Iterator[None]:
         """Hold ``flock`` on ``path``'s sidecar; ``remove``: unlink the sidecar before letting go
-        (lockers check that the name still refers to the file they locked, and retry if not)."""
+        (lockers check that the name still refers to the file they locked, and retry if not).
+        """
         lock = path.with_name(f".{path.name}.lock")
         if create:
             _ensure_dir(path.parent)

@@ -372,7 +372,8 @@ class ChangefeedSimulator:
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per table: ``inserts``, ``updates``, ``deletes`` (row changes), ``row_messages`` and
-        ``resolved`` (resolved messages sent to the topics the table publishes to)."""
+        ``resolved`` (resolved messages sent to the topics the table publishes to).
+        """
         return {t: dict(s) for t, s in self._stats.items()}
 
     # ---- publishing

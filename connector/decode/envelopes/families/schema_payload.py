@@ -1,5 +1,6 @@
 """``{"schema": ..., "payload": ...}``: the enriched envelope with ``enriched_properties=schema``,
-and Debezium's JSON converter with schemas on (PostgreSQL, TiCDC)."""
+and Debezium's JSON converter with schemas on (PostgreSQL, TiCDC).
+"""
 
 from __future__ import annotations
 

@@ -157,7 +157,8 @@ def _before_column(
     raws: Sequence[Raw | bytes | UnsetType], m: int
 ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
     """The ``before`` images of canonical wrapped bodies: (column, null mask, which bodies had
-    the field at all, which are not canonical)."""
+    the field at all, which are not canonical).
+    """
     bad = np.zeros(m, dtype=bool)
     _, before_present = _optional_lengths(raws, 0)
     before_all = before_present is None
