@@ -1,5 +1,6 @@
-"""crdb-pubsub: a Google Cloud Pub/Sub streaming source for Apache Spark that decodes CockroachDB
-(and Debezium-style) changefeed messages.
+"""crdb-pubsub: a Google Cloud Pub/Sub streaming source for Apache Spark.
+
+It decodes CockroachDB (and Debezium-style) changefeed messages.
 
     import crdb_pubsub
     crdb_pubsub.register(spark)

@@ -43,7 +43,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def argument_type(
     convert: Callable[[str], Any], not_a: str, ok: Callable[[Any], bool], must: str
 ) -> Callable[[str], Any]:
-    """An argparse ``type=`` that converts and range-checks, with one-line errors (both CLIs use it)."""
+    """Make an argparse ``type=`` that converts and range-checks, with one-line errors (both CLIs use it)."""
 
     def parse(text: str) -> Any:
         try:

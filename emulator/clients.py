@@ -29,7 +29,7 @@ def publisher_client(
     publisher_options: pubsub_v1.types.PublisherOptions | None = None,
     batch_settings: pubsub_v1.types.BatchSettings | None = None,
 ) -> pubsub_v1.PublisherClient:
-    """A PublisherClient talking plaintext gRPC to ``host_port`` with anonymous credentials.
+    """Make a PublisherClient talking plaintext gRPC to ``host_port`` with anonymous credentials.
 
     Pass ``publisher_options=PublisherOptions(enable_message_ordering=True)`` to publish with
     ordering keys. Close with ``client.transport.close()`` (after ``client.stop()`` if you published).
@@ -44,7 +44,7 @@ def publisher_client(
 
 
 def subscriber_client(host_port: str) -> pubsub_v1.SubscriberClient:
-    """A SubscriberClient talking plaintext gRPC to ``host_port``. Close with ``client.close()``."""
+    """Make a SubscriberClient talking plaintext gRPC to ``host_port``. Close with ``client.close()``."""
     transport = SubscriberGrpcTransport(host=host_port, channel=_channel(host_port), credentials=AnonymousCredentials())
     return pubsub_v1.SubscriberClient(transport=transport, client_options={"api_endpoint": host_port})
 

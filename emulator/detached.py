@@ -54,7 +54,7 @@ def state_path() -> Path:
 
 
 def export_line(host_port: str) -> str:
-    """The shell line that points clients at ``host_port``."""
+    """Return the shell line that points clients at ``host_port``."""
     return f"export {HOST_ENV}={host_port}"
 
 
@@ -135,7 +135,7 @@ def _is_alive(state: DetachedState) -> bool:
 
 
 def running_state() -> DetachedState | None:
-    """The recorded emulator if it is still alive; a stale state file is removed."""
+    """Return the recorded emulator if it is still alive; a stale state file is removed."""
     state = _read_state()
     if state is None:
         if state_path().exists():
@@ -174,7 +174,7 @@ def start_detached(
 
 
 def state_from(emu: Emulator, owner: str) -> DetachedState:
-    """The :class:`DetachedState` describing ``emu``."""
+    """Return the :class:`DetachedState` describing ``emu``."""
     return DetachedState(
         host_port=emu.host_port,
         backend=emu.backend,

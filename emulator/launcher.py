@@ -191,7 +191,7 @@ def _java_available() -> bool:
 
 
 def docker_available(looked: list[str] | None = None) -> bool:
-    """True if a Docker engine answers within a few seconds (SDK ping, then ``docker info``)."""
+    """Return True if a Docker engine answers within a few seconds (SDK ping, then ``docker info``)."""
     looked = looked if looked is not None else []
     try:
         import docker  # testcontainers depends on it
@@ -352,7 +352,7 @@ class Emulator:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def is_running(self) -> bool:
-        """True while the emulator we started is alive (always True for ``env``)."""
+        """Return True while the emulator we started is alive (always True for ``env``)."""
         if self._stopped:
             return False
         if self.backend == "sdk" and self._proc is not None:

@@ -21,7 +21,7 @@ GRACE_SECONDS = 5.0
 
 
 def group_alive(pgid: int) -> bool:
-    """True while a non-zombie process is in the group (zombies are dead: their reaper may be slow)."""
+    """Return True while a non-zombie process is in the group (zombies are dead: their reaper may be slow)."""
     if os.path.isdir("/proc"):
         for name in os.listdir("/proc"):
             if not name.isdigit():

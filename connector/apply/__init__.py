@@ -1,4 +1,4 @@
-"""CDC apply: keep a current-state Delta Lake table per source table, one MERGE per micro-batch.
+r"""CDC apply: keep a current-state Delta Lake table per source table, one MERGE per micro-batch.
 
     from crdb_pubsub.apply import foreach_batch_apply, read_state
 
@@ -35,7 +35,7 @@ Contract
   ``_crdb_deleted``, ``_crdb_batch_id`` (and ``_crdb_order__<family>`` per column family).
 * **Typed columns.** ``after`` JSON text is parsed against the table's schema: DECIMAL and BIGINT
   come from the exact digits CockroachDB sent (``26.30`` stays ``26.30``), JSONB keeps its JSON
-  text in a STRING column, ``"NaN"`` lands in DOUBLE, ``\\x..`` hex in BINARY. A value that does
+  text in a STRING column, ``"NaN"`` lands in DOUBLE, ``\x..`` hex in BINARY. A value that does
   not fit makes that change *malformed*: counted, not applied (the previous state of the key
   stays). The schema is the DDL given per table (``schemas``), else the Delta table's own, else
   inferred from the first batch (numbers as BIGINT/DECIMAL(38,s), the rest STRING): pass DDL for
@@ -97,7 +97,7 @@ __all__ = [
 
 
 def _arrow_of(batch: DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
-    """The source columns the apply helper reads, as one Arrow table on the driver."""
+    """Collect the source columns the apply helper reads, as one Arrow table on the driver."""
     import pyarrow as pa
 
     if isinstance(batch, pa.RecordBatch):
@@ -115,7 +115,7 @@ def _arrow_of(batch: DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
 
 
 def _query_id(batch_df: DataFrame) -> str | None:
-    """The streaming query's id (stable across restarts from the same checkpoint), or None outside one."""
+    """Return the streaming query's id (stable across restarts from the same checkpoint), or None outside one."""
     try:
         return batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext: the caller passes app_id
@@ -192,7 +192,7 @@ def read_state(
     storage_options: Mapping[str, str] | None = None,
     spark: SparkSession | None = None,
 ) -> pa.Table | DataFrame:
-    """The live rows of ``table`` (tombstones excluded): an Arrow table, or a DataFrame with ``spark``.
+    """Read the live rows of ``table`` (tombstones excluded): an Arrow table, or a DataFrame with ``spark``.
 
     ``include_deleted`` keeps tombstones, ``with_meta`` the ``_crdb_*`` columns. ``LookupError``
     when the table has no state yet. (With delta-spark, ``spark.read.format("delta")`` and
@@ -205,8 +205,10 @@ def read_state(
 
 
 def current_state_sql(table_ref: str) -> str:
-    """SQL for the live rows of a state table in any engine (``delta.`/lake/state/users```,
-    ``delta_scan('/lake/state/users')`` in DuckDB, a catalog name): tombstones filtered out.
+    """Return SQL for the live rows of a state table in any engine: tombstones filtered out.
+
+    The table is named as the engine names it: ``delta.`/lake/state/users```,
+    ``delta_scan('/lake/state/users')`` in DuckDB, a catalog name.
     """
     return f"SELECT * FROM {table_ref} WHERE NOT _crdb_deleted"
 

@@ -62,8 +62,10 @@ class TableCounts:
 
 @dataclasses.dataclass
 class ApplyResult:
-    """The outcome of one batch: ``messages`` (input rows of every kind), ``rows_in`` (row changes),
-    ``malformed`` (all malformed input, also messages with no table), up to five example ``errors``.
+    """The outcome of one batch.
+
+    ``messages`` (input rows of every kind), ``rows_in`` (row changes), ``malformed`` (all
+    malformed input, also messages with no table), up to five example ``errors``.
     """
 
     batch_id: int
@@ -94,7 +96,7 @@ class DeltaStore:
         self._tables: dict[str, Any] = {}
 
     def table(self, name: str) -> Any:
-        """The table's DeltaTable (refreshed to its newest version), or None before its first batch."""
+        """Return the table's DeltaTable (refreshed to its newest version), or None before its first batch."""
         from deltalake import DeltaTable
 
         dt = self._tables.get(name)
@@ -108,7 +110,7 @@ class DeltaStore:
         return dt
 
     def struct(self, name: str, given: str | StructType | None) -> StructType | None:
-        """The table's user columns: the Delta table's, plus columns the given DDL adds.
+        """Return the table's user columns: the Delta table's, plus columns the given DDL adds.
 
         A given column whose type differs from the table's raises :class:`SchemaChangeError`.
         """
@@ -192,7 +194,7 @@ class DeltaStore:
 
 
 def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple[StructType, list[str]]:
-    """The schema this batch is typed with, after schema evolution; and the columns it adds.
+    """Return the schema this batch is typed with, after schema evolution; and the columns it adds.
 
     A column the rows carry that the table lacks is added (nullable; typed from the given DDL, else
     from its values). A column the table has but a row lacks (dropped or renamed upstream) stops the
@@ -285,7 +287,7 @@ def read_state(
     with_meta: bool = False,
     storage_options: Mapping[str, str] | None = None,
 ) -> pa.Table:
-    """The current state of ``table`` as an Arrow table: live rows only (tombstones excluded).
+    """Read the current state of ``table`` as an Arrow table: live rows only (tombstones excluded).
 
     ``include_deleted`` keeps tombstones; ``with_meta`` keeps the bookkeeping columns
     (``_crdb_key``, ``_crdb_hlc``, ...). Raises ``LookupError`` when the table has no state yet.

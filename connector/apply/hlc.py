@@ -40,7 +40,7 @@ def parse_hlc(text: str | None) -> tuple[int, int] | None:
 
 
 def order_key(hlc: tuple[int, int], op: str) -> str | None:
-    """A fixed-width text that sorts (byte-wise, as SQL compares strings) as (HLC, op rank) do.
+    """Return a fixed-width text that sorts (byte-wise, as SQL compares strings) as (HLC, op rank) do.
 
     The MERGE predicates compare these keys, so the whole "which change wins" rule is one ``>``
     that any SQL engine evaluates the same way. None when the wall time needs more than 20 digits.

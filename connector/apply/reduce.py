@@ -58,8 +58,10 @@ class _Change:
 
 @dataclasses.dataclass
 class TableBatch:
-    """One table's changes in a micro-batch, reduced: ``groups`` maps (key, family) to its
-    candidates, best first (a candidate whose values do not fit the schema is skipped for the next).
+    """One table's changes in a micro-batch, reduced.
+
+    ``groups`` maps (key, family) to its candidates, best first (a candidate whose values do not
+    fit the schema is skipped for the next).
     """
 
     table: str
@@ -76,7 +78,7 @@ class TableBatch:
 
 
 def _family(topic: str | None, table: str) -> str:
-    """The column family a message belongs to ("" for none), read from its topic.
+    """Return the column family a message belongs to ("" for none), read from its topic.
 
     ``split_column_families`` names topics ``table.family`` (``db.schema.table.family`` with
     ``full_table_name``). A topic that does not derive from the table (``topic_name=``) says nothing.
@@ -199,7 +201,7 @@ def split_by_table(
 
 
 def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]) -> tuple[list[_Change], pa.StructArray]:
-    """The winner of each group in ``keys`` and its typed values (a struct array aligned with them).
+    """Pick the winner of each group in ``keys`` and its typed values (a struct array aligned with them).
 
     A winner whose values do not fit ``struct`` (too many digits, wrong JSON type) is malformed:
     counted, and the group's next candidate is tried, so a bad change never replaces good state.
@@ -262,7 +264,7 @@ def after_layouts(winners: list[_Change]) -> tuple[dict[str, list[bytes]], set[t
 
 
 def source_table(tb: TableBatch, struct: StructType, batch_id: int) -> tuple[pa.Table, dict[str, list[str]]]:
-    """The MERGE source: one row per key with typed columns and the bookkeeping columns.
+    """Build the MERGE source: one row per key with typed columns and the bookkeeping columns.
 
     Returns the table and, for a family-split table, which columns each family of this batch set.
     """

@@ -1,5 +1,7 @@
-"""Table schemas for the apply helper: Spark DDL from CockroachDB types, Arrow/Spark conversion,
-the bookkeeping columns, and the types a new column gets when the changefeed grows one.
+"""Table schemas for the apply helper.
+
+Spark DDL from CockroachDB types, Arrow/Spark conversion, the bookkeeping columns, and the types a
+new column gets when the changefeed grows one.
 """
 
 from __future__ import annotations
@@ -120,7 +122,10 @@ def _spark_type(sql: str, name: str) -> str:
 
 
 def as_struct(schema: str | StructType) -> StructType:
-    """A table schema given as Spark DDL or StructType, every column nullable (a tombstone has no values)."""
+    """Return a table schema given as Spark DDL or StructType as a StructType, every column nullable.
+
+    Every column is nullable because a tombstone has no values.
+    """
     from pyspark.sql.types import StructField, StructType
 
     from ..decode.ddl import parse_ddl
@@ -135,15 +140,16 @@ def as_struct(schema: str | StructType) -> StructType:
 
 
 def arrow_schema_of(struct: StructType) -> pa.Schema:
-    """The Arrow schema of a table's user columns (UTC microsecond timestamps, as Delta stores them)."""
+    """Return the Arrow schema of a table's user columns (UTC microsecond timestamps, as Delta stores them)."""
     from ..decode.schema import spark_to_arrow
 
     return spark_to_arrow(struct)
 
 
 def plain_arrow_type(t: pa.DataType) -> pa.DataType:
-    """string_view/large types (delta-rs and DataFusion hand them back) as the plain ones Spark's
-    type mapping and pandas know.
+    """Turn string_view/large types into the plain ones Spark's type mapping and pandas know.
+
+    delta-rs and DataFusion hand them back.
     """
     import pyarrow as pa
 
@@ -157,7 +163,7 @@ def plain_arrow_type(t: pa.DataType) -> pa.DataType:
 
 
 def struct_of_arrow(schema: pa.Schema) -> StructType:
-    """The Spark schema of a Delta table's user columns (its Arrow schema minus the bookkeeping)."""
+    """Return the Spark schema of a Delta table's user columns (its Arrow schema minus the bookkeeping)."""
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
@@ -171,7 +177,7 @@ def struct_of_arrow(schema: pa.Schema) -> StructType:
 
 
 def infer_type(raws: list[bytes]) -> DataType:
-    """The type a new column gets from the JSON values the changefeed sent for it (nulls skipped).
+    """Return the type a new column gets from the JSON values the changefeed sent for it (nulls skipped).
 
     Integers -> BIGINT (DECIMAL(38,0) past int64), other numbers -> DECIMAL(38, largest scale seen)
     (DOUBLE with an exponent), true/false -> BOOLEAN, strings/objects/arrays -> STRING (JSON text).

@@ -52,8 +52,10 @@ def compare_to_ground_truth(
     limit: int = 10,
     storage_options: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Differences between the live state and ``truth`` (``{table: {pk_json: {column: value}}}``,
-    as ``ChangefeedSimulator.ground_truth()`` gives it); an empty list means equal.
+    """List the differences between the live state and ``truth``; an empty list means equal.
+
+    ``truth`` is ``{table: {pk_json: {column: value}}}``, as ``ChangefeedSimulator.ground_truth()``
+    gives it.
 
     Keys are compared as primary-key value lists (an enriched feed's key objects are put in
     ``primary_keys`` order). Every column is compared exactly for its type: DECIMAL digits,

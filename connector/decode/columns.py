@@ -1,5 +1,7 @@
-"""Bulk Arrow helpers the fast paths share: string columns straight from raw JSON bytes, first
-bytes of each value, UTF-8 checks, constant columns and HLC text to timestamps.
+"""Bulk Arrow helpers the fast paths share.
+
+String columns straight from raw JSON bytes, first bytes of each value, UTF-8 checks, constant
+columns and HLC text to timestamps.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class TooLarge(ValueError):
 def raw_column(
     raws: Sequence, valid: np.ndarray | None = None, lengths: np.ndarray | None = None
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """A string array whose values are the given byte strings, built without per-item Python work.
+    """Build a string array whose values are the given byte strings, without per-item Python work.
 
     Returns the array, the offsets and the data bytes as a uint8 view (for first-byte checks).
     Null slots (``valid`` False) keep their bytes in the data buffer, which Arrow allows.
@@ -68,8 +70,9 @@ def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
 
 
 def utf8_bad(arr: pa.Array, raws: Sequence | None = None) -> np.ndarray | None:
-    """Mask of values that are not valid UTF-8 (None when all are): one bulk check, details on failure
-    (from ``raws``, the values' texts, or else from the array's own buffers).
+    """Mask the values that are not valid UTF-8 (None when all are), in one bulk check.
+
+    Details on failure come from ``raws``, the values' texts, or else from the array's own buffers.
     """
     try:
         arr.validate(full=True)

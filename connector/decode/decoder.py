@@ -134,8 +134,9 @@ def _converters(struct_json: str) -> tuple[Any, Any]:
 
 
 def _as_list(name: str, values: Any, n: int) -> list | pa.Array | None:
-    """Metadata aligned with the bodies: a list, or an Arrow array kept as it is (no Python objects
-    per message: the streaming source passes its columns straight through).
+    """Align metadata with the bodies: a list, or an Arrow array kept as it is.
+
+    No Python objects per message: the streaming source passes its columns straight through.
     """
     if values is None:
         return None
@@ -199,7 +200,7 @@ def _typed_bad(rows: list[Row], schema: pa.Schema) -> bool:
 def _table_name_attribute(
     table_name: pa.Array, attributes: list | pa.Array | None, msg_taker: pa.Array | None
 ) -> pa.Array:
-    """The ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
+    """Prefer the ``TABLE_NAME`` Pub/Sub attribute, where a message has one, over the body's table name.
 
     A changefeed created ``WITH topic_name=X, with_table_name_attribute=true`` sends every table to
     topic X, so the topic no longer names the table; the attribute is the only reliable name.
@@ -295,8 +296,9 @@ _FILL = ("resolved", "source", "error")
 
 
 def _fast_parts(bodies: list[bytes], envelope: str) -> list[tuple[np.ndarray, dict[str, pa.Array]]]:
-    """The families' fast paths that run under ``envelope``, the most likely first (judged by the
-    first body), each on what the previous ones left: [(message indices, columns)].
+    """Run the families' fast paths for ``envelope``, the most likely first: [(message indices, columns)].
+
+    The most likely is judged by the first body; each path runs on what the previous ones left.
     """
     paths = merged(f.fast for f in registry.FAMILIES if f.fast is not None and envelope in f.fast.envelopes)
     if not paths or not bodies:
@@ -359,8 +361,10 @@ def _general_part(
     message_ids: Sequence[str] | None,
     parts: list,
 ) -> tuple[list[Row], list[str | None], list[tuple[int, str]]]:
-    """The general path over every message the fast paths did not take; appends its rows (and
-    the malformed rows, by mode) to ``parts``. Returns the rows, their errors and the malformed.
+    """Run the general path over every message the fast paths did not take.
+
+    Appends its rows (and the malformed rows, by mode) to ``parts``. Returns the rows, their errors
+    and the malformed.
     """
     results: list[tuple[int, list[Row] | None, str | None]] = []
     for i in slow_indices:
@@ -420,7 +424,7 @@ def _item(values: list | pa.Array | None, i: int) -> Any:
 
 
 def _assemble(parts: list, schema: pa.Schema) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    """The parts' columns as one set, rows in message order; and each row's message index."""
+    """Return the parts' columns as one set, rows in message order, and each row's message index."""
     row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     columns: dict[str, pa.Array] = {}
     for name in ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated",
@@ -561,8 +565,10 @@ def decode_messages(
 
 
 def _tombstone_keys(columns: dict[str, pa.Array]) -> pa.Array:
-    """A Debezium tombstone's body carries no key: take the Pub/Sub message's ordering key, else its
-    ``key`` attribute (where the producer put the record key).
+    """Give Debezium tombstones a key: the Pub/Sub message's ordering key, else its ``key`` attribute.
+
+    A tombstone's body carries no key; the ``key`` attribute is where the producer put the record
+    key.
     """
     tomb = pc.equal(columns["kind"], "tombstone")
     from_attr = pc.map_lookup(columns["attributes"], pa.scalar("key"), "first")

@@ -1,7 +1,8 @@
-"""The shared machinery of the learned-layout fast paths (bare, enriched and Debezium bodies, each
-defined in its family's module): learning a body layout from the batch itself, proving the bodies
-that have it, and building output columns from raw JSON text in bulk. What a fast path cannot prove
-is left to the general path.
+"""The shared machinery of the learned-layout fast paths (bare, enriched and Debezium bodies).
+
+Each of them is defined in its family's module; they share learning a body layout from the batch
+itself, proving the bodies that have it, and building output columns from raw JSON text in bulk.
+What a fast path cannot prove is left to the general path.
 
 A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame` s, which layouts it takes
 and how it builds its rows); the decoder runs the learned fast paths of one frame as one pass over
@@ -192,7 +193,7 @@ _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
 
 
 def learn_keys(raw: bytes | Raw, wrapper: bool) -> tuple[str, ...] | None:
-    """The keys of the object ``raw`` (of its ``Value`` inside the v2 wrapper), or None."""
+    """Return the keys of the object ``raw`` (of its ``Value`` inside the v2 wrapper), or None."""
     try:
         obj = _OBJ_DECODE(raw)
         if wrapper:
@@ -208,8 +209,10 @@ _PAYLOAD_KEYS = frozenset(("payload", "schema"))
 
 
 def learn_payload(raw: bytes | Raw, wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """(the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}`` (inside the
-    v2 wrapper's ``Value``), or None when ``raw`` is not of that form.
+    """Return (the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}``, or None.
+
+    The object is ``raw``, or inside the v2 wrapper its ``Value``; None when ``raw`` is not of that
+    form.
     """
     try:
         obj = _OBJ_DECODE(raw)
@@ -256,7 +259,7 @@ class Matched:
     built: dict[str, Col] = dataclasses.field(default_factory=dict)
 
     def raws(self, name: str) -> list[Raw] | None:
-        """The raw values of key ``name`` ("" for the wrapper Key), None when the layout has none."""
+        """Return the raw values of key ``name`` ("" for the wrapper Key), None when the layout has none."""
         if name == "":
             return self.key
         found = self.values.get(name)
@@ -265,7 +268,7 @@ class Matched:
         return found
 
     def col(self, name: str, m: int) -> Col:
-        """The raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
+        """Return the raw-text column of key ``name`` ("" for the wrapper Key), absent ones null."""
         col = self.built.get(name)
         if col is None:
             col = self.built[name] = Col(self.raws(name), m)
@@ -541,8 +544,9 @@ class Col:
         return ~self.present | (self.first == NULL_START)
 
     def unquoted(self) -> pa.Array:
-        """The text inside the quotes (for values already proven to be plain JSON strings). Sliced as
-        bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch.
+        """Return the text inside the quotes (for values already proven to be plain JSON strings).
+
+        Sliced as bytes: a value that is not valid UTF-8 (its message refused) must not fail the batch.
         """
         return pc.binary_slice(self.arr.view(pa.binary()), 1, -1).view(pa.string())
 
@@ -598,8 +602,9 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
 
 
 def per_distinct(texts: Sequence[Raw], read: Callable[[bytes], Any]) -> tuple[np.ndarray, list[Any]]:
-    """(ok mask, ``read(text)``) for each of ``texts``, read once per distinct text (the schema blocks
-    of one table's messages are one text); ok False where ``read`` raised.
+    """Return (ok mask, ``read(text)``) for each of ``texts``, read once per distinct text.
+
+    The schema blocks of one table's messages are one text; ok is False where ``read`` raised.
     """
     seen: dict[int, list[tuple[Raw, bool, Any]]] = {}
     ok = np.ones(len(texts), dtype=bool)
@@ -667,8 +672,9 @@ def row_columns(
     updated: pa.Array | None = None,
     mvcc: pa.Array | None = None,
 ) -> dict[str, pa.Array]:
-    """The columns of ``m`` change rows of one envelope; ``source`` is the block's text where it is
-    an object (null where absent or JSON null), what the envelope lacks is null.
+    """Build the columns of ``m`` change rows of one envelope; what the envelope lacks is null.
+
+    ``source`` is the block's text where it is an object (null where absent or JSON null).
     """
     source = src.arr
     if src.present.any() and not src_obj.all():
@@ -695,12 +701,13 @@ def row_columns(
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """Where a family's learned layouts sit in a body and how its producer spaces them: the ``Value``
-    of CockroachDB's v2 Pub/Sub wrapper with the encoder's ``", "``/``": "`` (:data:`V2_CRDB`), or the
-    whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with ``payload``, the layout is
-    the ``payload`` of ``{"schema": S, "payload": {...}}`` there (:data:`V2_SCHEMA`: the enriched
-    envelope with ``enriched_properties=schema``; :data:`COMPACT_SCHEMA`: Debezium with schemas on,
-    TiCDC with or without them).
+    """Where a family's learned layouts sit in a body and how its producer spaces them.
+
+    Either the ``Value`` of CockroachDB's v2 Pub/Sub wrapper with the encoder's ``", "``/``": "``
+    (:data:`V2_CRDB`), or the whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with
+    ``payload``, the layout is the ``payload`` of ``{"schema": S, "payload": {...}}`` there
+    (:data:`V2_SCHEMA`: the enriched envelope with ``enriched_properties=schema``;
+    :data:`COMPACT_SCHEMA`: Debezium with schemas on, TiCDC with or without them).
     """
 
     wrapper: bool
@@ -767,8 +774,10 @@ class LearnedFast:
 
 @dataclasses.dataclass(frozen=True)
 class _FramePass:
-    """The learned fast paths of one frame as one pass: the batch's layouts are learned once, and
-    each matched layout goes to the family that accepts its keys.
+    """The learned fast paths of one frame as one pass.
+
+    The batch's layouts are learned once, and each matched layout goes to the family that accepts
+    its keys.
     """
 
     frame: Frame
@@ -782,8 +791,9 @@ class _FramePass:
 
 
 def merged(paths: Iterable[Any]) -> list[Any]:
-    """``paths`` (registry.FastPath hooks) with the learned fast paths of each frame merged into one
-    pass, at the first one's place.
+    """Return ``paths`` with the learned fast paths of each frame merged into one pass.
+
+    ``paths`` are registry.FastPath hooks; each frame's pass takes the place of its first path.
     """
     out: list[Any] = []
     at: dict[Frame, int] = {}
@@ -802,7 +812,7 @@ def merged(paths: Iterable[Any]) -> list[Any]:
 
 
 def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], envelope: str) -> list[Part]:
-    """The bodies of ``frame``'s learned layouts the ``paths`` take: [(positions, columns)]."""
+    """Decode the bodies of ``frame``'s learned layouts the ``paths`` take: [(positions, columns)]."""
 
     def accept(keys: tuple[str, ...]) -> bool:
         return any(p.accept(keys) for p in paths)
@@ -838,7 +848,7 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
 
 def _match_part(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes], accept: Accept,
                 reads: Callable[[tuple[str, ...]], frozenset[str] | None]) -> list[Matched]:  # fmt: skip
-    """The layouts of ``bodies`` (a family's quick proof first, then the learned layouts)."""
+    """Match the layouts of ``bodies`` (a family's quick proof first, then the learned layouts)."""
     quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None and p.frames[0] == frame), None)
     if quick is None:
         return match_layouts(bodies, frame.style, frame.wrapper, accept, reads, payload=frame.payload)
@@ -860,7 +870,7 @@ _MIN_TOPIC = 32
 
 
 def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
-    """The bodies by the tail of their v2 wrapper (``,"Topic":"t"}``): positions, largest first.
+    """Group the bodies by the tail of their v2 wrapper (``,"Topic":"t"}``): positions, largest first.
 
     Bodies of one topic are one table's (or column family's) messages, one layout in the common
     case; matching each topic on its own spares the learned layouts the decode errors, one per

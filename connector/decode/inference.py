@@ -55,7 +55,7 @@ def _connect_type(field: Mapping[str, Any], where: str) -> str:
 
 
 def schema_from_enriched(body: bytes) -> str:
-    """A row schema DDL string derived from an enriched message's own ``schema`` block.
+    """Derive a row schema DDL string from an enriched message's own ``schema`` block.
 
     ``body`` is an ``envelope=enriched, enriched_properties='schema'`` message (the value, or the
     Pub/Sub v2 ``{"Key","Value","Topic"}`` body around it). The ``after`` (else ``before``) field's

@@ -43,7 +43,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
 
 
 def spark_schema(row_schema: StructType | None = None) -> StructType:
-    """The Spark schema of the source's DataFrame.
+    """Return the Spark schema of the source's DataFrame.
 
     With ``row_schema`` the ``before`` and ``after`` columns become structs of that type.
     """
@@ -72,7 +72,7 @@ def spark_schema(row_schema: StructType | None = None) -> StructType:
 
 
 def arrow_schema(row_schema: StructType | None = None) -> pa.Schema:
-    """The Arrow schema every record batch must match.
+    """Return the Arrow schema every record batch must match.
 
     Spark's data source worker builds its expectation with ``to_arrow_schema`` and compares with
     ``pa.Schema.equals``; we call the very same function the way the running Spark's worker does.
@@ -81,9 +81,10 @@ def arrow_schema(row_schema: StructType | None = None) -> pa.Schema:
 
 
 def spark_to_arrow(struct: StructType) -> pa.Schema:
-    """``to_arrow_schema`` as the running pyspark's data source worker calls it: 4.2+ pass
-    ``timezone="UTC"``; 4.0/4.1 have no such argument (their default, ``timestamp_utc=True``, is
-    the same UTC timestamps).
+    """Call ``to_arrow_schema`` as the running pyspark's data source worker calls it.
+
+    4.2+ pass ``timezone="UTC"``; 4.0/4.1 have no such argument (their default,
+    ``timestamp_utc=True``, is the same UTC timestamps).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 

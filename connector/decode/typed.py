@@ -286,7 +286,7 @@ def _struct_converter(dtype: T.StructType, prefix: str) -> Conv:
 
 
 def json_row_converter(schema: T.StructType) -> Callable[[bytes], dict]:
-    """A function from a row's JSON object text to a dict of Python values matching ``schema``.
+    """Build a function from a row's JSON object text to a dict of Python values matching ``schema``.
 
     Missing columns become None, extra JSON keys are ignored. Raises :class:`TypedError`.
     Duplicate keys inside a row follow msgspec (the last one wins).
@@ -329,7 +329,7 @@ def _csv_converter(dtype: T.DataType, path: str) -> Callable[[str], Any]:
 
 
 def csv_row_converter(schema: T.StructType) -> Callable[[list[str]], dict]:
-    """A function from one CSV record (list of fields) to a dict matching ``schema``, by position.
+    """Build a function from one CSV record (list of fields) to a dict matching ``schema``, by position.
 
     An empty field is NULL for every type but STRING (where it is the empty string).
     Raises :class:`TypedError` on a field count mismatch or a value that does not fit.
@@ -483,7 +483,7 @@ def _typed_child(values: list, field: Any, conv: Conv, arrow_type: Any, np: Any,
         return pa.array(drop) if drop.any() else None
 
     def inner() -> Any:
-        """The texts without their first and last byte (a JSON string's quotes), as bytes."""
+        """Return the texts without their first and last byte (a JSON string's quotes), as bytes."""
         return pc.binary_slice(arr.view(pa.binary()), 1, -1)
 
     def rest_per_value(out: Any, ok: Any) -> tuple[Any, Any]:
@@ -611,7 +611,7 @@ _HEX_PATTERN = r'^"\\\\x(?:[0-9a-fA-F]{2})*"$'
 
 @functools.lru_cache(maxsize=1)
 def _hex_table() -> Any:
-    """The value of each ASCII hex digit (other bytes: never looked up, the regex saw to it)."""
+    """Return the value of each ASCII hex digit (other bytes: never looked up, the regex saw to it)."""
     import numpy as np
 
     table = np.zeros(256, dtype=np.uint8)
@@ -623,7 +623,7 @@ def _hex_table() -> Any:
 
 
 def _per_value(values: list, field: Any, conv: Conv, arrow_type: Any, pa, np) -> tuple[Any, Any]:
-    """The per-value converter on one column: exact for every type, slower."""
+    """Convert one column with the per-value converter: exact for every type, slower."""
     m = len(values)
     bad = np.zeros(m, dtype=bool)
     out: list = [None] * m

@@ -120,8 +120,9 @@ class _RedactedOptions(dict):
 
 @dataclass
 class MessagesPartition(InputPartition):
-    """One slice of a micro-batch: the messages as one Arrow IPC stream, plus where to report the
-    decode counts (the driver-side reader's stats listener).
+    """One slice of a micro-batch: the messages as one Arrow IPC stream.
+
+    It also carries where to report the decode counts (the driver-side reader's stats listener).
     """
 
     batch_id: int
@@ -185,7 +186,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
     # ---- driver side ------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        """The offset before the first batch of a new query (a fresh checkpoint).
+        """Return the offset before the first batch of a new query (a fresh checkpoint).
 
         Without a stateDir it also opens the subscriptions, so that a missing subscription or
         unreachable Pub/Sub fails the query at once. With one, that waits for the next call: it
@@ -203,7 +204,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        """The end offset of the next batch (``start`` when there is nothing new).
+        """Return the end offset of the next batch (``start`` when there is nothing new).
 
         Spark calls it once the previous batch committed, so it first acknowledges every batch up
         to ``start`` (4.2+; on 4.0/4.1, called without arguments, up to the newest offset Spark
@@ -228,7 +229,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         self._driver().prepare_available_now()
 
     def partitions(self, start: dict, end: dict) -> list[MessagesPartition] | list[SlicePartition]:
-        """The input partitions of the batches in ``(start, end]``, ``[]`` when ``start == end``.
+        """Return the input partitions of the batches in ``(start, end]``, ``[]`` when ``start == end``.
 
         Never acknowledges anything: after a restart Spark 4.0/4.1 call ``partitions(X, X)`` with a
         batch X that may not have committed. A batch planned by an earlier process is replayed

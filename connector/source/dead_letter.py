@@ -23,8 +23,10 @@ PUBLISH_TIMEOUT_SECONDS = 60.0
 
 
 def publish_malformed(batch: pa.RecordBatch, options: SourceOptions) -> int:
-    """Publish the ``malformed`` rows' bodies of ``batch``; return how many. Raises if Pub/Sub
-    does not confirm them (the task fails, Spark retries it, nothing is acknowledged).
+    """Publish the ``malformed`` rows' bodies of ``batch``; return how many.
+
+    Raises if Pub/Sub does not confirm them (the task fails, Spark retries it, nothing is
+    acknowledged).
     """
     import pyarrow.compute as pc
 

@@ -106,8 +106,9 @@ def stale_sibling(pid: int) -> bool:
 
 
 def gone_from_this_host(holder: dict) -> bool:
-    """Whether the lease ``holder`` (``{"pid", "host"}``) ran on this host and its process is gone:
-    its lease is free at once, as a dead process's lock would be.
+    """Return whether the lease ``holder`` (``{"pid", "host"}``) ran on this host and its process is gone.
+
+    Its lease is then free at once, as a dead process's lock would be.
     """
     import socket
 

@@ -62,7 +62,7 @@ COUNTERS = tuple(name for name, m in METRICS.items() if m.kind == "counter")
 
 
 def metric_table() -> str:
-    """The metrics as a Markdown table (metric, kind, meaning): the README's table is this text."""
+    """Render the metrics as a Markdown table (metric, kind, meaning): the README's table is this text."""
     rows = ["| metric | kind | meaning |", "|---|---|---|"]
     for name, m in METRICS.items():
         when = "" if m.always else " (only while it applies)"

@@ -380,7 +380,7 @@ class SourceOptions(BaseModel):
         return out
 
     def credential_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments ``transport.load_credentials`` takes from these options."""
+        """Return the keyword arguments ``transport.load_credentials`` takes from these options."""
         return {
             "emulator_host": self.effective_emulator_host,
             "credentials_json": self.credentialsJson.get_secret_value() if self.credentialsJson else None,
@@ -388,7 +388,7 @@ class SourceOptions(BaseModel):
         }
 
     def decoder_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments ``decode_messages`` takes from these options (their ``decode_as``)."""
+        """Return the keyword arguments ``decode_messages`` takes from these options (their ``decode_as``)."""
         out = {arg: getattr(self, name) for name, arg in _DECODE_AS.items()}
         if self.deadLetterTopic:
             out["mode"] = "PERMISSIVE"  # with a dead-letter topic the source sees malformed rows itself
@@ -417,8 +417,9 @@ _DECODE_AS: dict[str, str] = {name: extra["decode_as"] for name, extra in _EXTRA
 
 
 def option_table() -> str:
-    """The options as a Markdown table (option, default, meaning), generated from the model: the
-    README's option table and the DataSource's docstring are this text.
+    """Render the options as a Markdown table (option, default, meaning), generated from the model.
+
+    The README's option table and the DataSource's docstring are this text.
     """
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for name, field in SourceOptions.model_fields.items():

@@ -88,8 +88,9 @@ def load_credentials(
 def subscriber_client(
     emulator_host: str | None, credentials: Credentials | None = None, *, endpoint: str | None = None
 ) -> SubscriberClient:
-    """A GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery):
-    plaintext to an emulator, else TLS with ``credentials`` to ``endpoint`` (default: the global one).
+    """Make a GAPIC ``SubscriberClient`` (unary Pull/Ack/ModifyAckDeadline; no streaming machinery).
+
+    Plaintext to an emulator, else TLS with ``credentials`` to ``endpoint`` (default: the global one).
     """
     from google.pubsub_v1 import SubscriberClient
     from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
@@ -105,7 +106,7 @@ def subscriber_client(
 def publisher_client(
     emulator_host: str | None, credentials: Credentials | None = None, *, endpoint: str | None = None
 ) -> PublisherClient:
-    """A GAPIC ``PublisherClient`` built the same way as :func:`subscriber_client`."""
+    """Make a GAPIC ``PublisherClient`` the same way as :func:`subscriber_client`."""
     from google.pubsub_v1 import PublisherClient
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
@@ -137,8 +138,10 @@ def chunk_ack_ids(ack_ids: Sequence[str]) -> Iterator[list[str]]:
 
 
 def chunked(items: Iterable[T], size: Callable[[T], int], max_count: int, max_bytes: int) -> Iterator[list[T]]:
-    """Split ``items`` into request-sized lists: at most ``max_count`` items and ``max_bytes`` by
-    ``size`` each (an item larger than ``max_bytes`` goes alone).
+    """Split ``items`` into request-sized lists.
+
+    At most ``max_count`` items and ``max_bytes`` by ``size`` each (an item larger than
+    ``max_bytes`` goes alone).
     """
     chunk: list[T] = []
     total = 0
@@ -157,9 +160,10 @@ def chunked(items: Iterable[T], size: Callable[[T], int], max_count: int, max_by
 
 
 def _request(name: str, **fields: Any) -> Any:
-    """A request message built as the raw protobuf (its repeated fields filled in C) and wrapped
-    for the generated client: proto-plus would convert a list of ack ids one by one (~0.9 us an id
-    against ~0.05 us).
+    """Build a request message as the raw protobuf and wrap it for the generated client.
+
+    Its repeated fields are filled in C: proto-plus would convert a list of ack ids one by one
+    (~0.9 us an id against ~0.05 us).
     """
     from google.pubsub_v1.types import pubsub
 
@@ -225,7 +229,7 @@ class AckResult:
 
 
 def per_id_failures(exc: BaseException) -> dict[str, str] | None:
-    """The ``{ack_id: reason}`` map an exactly-once subscription sends with a refused request.
+    """Return the ``{ack_id: reason}`` map an exactly-once subscription sends with a refused request.
 
     Pub/Sub answers an Acknowledge/ModifyAckDeadline on such a subscription per ack id: the RPC
     fails, and its ``ErrorInfo`` details list the ack ids that failed (``PERMANENT_FAILURE_*`` or
@@ -408,7 +412,7 @@ def _raw_pull_stub(client: Any) -> Callable[[str, int, float, bool], Any] | None
 
 
 def rpc_for(options: SourceOptions) -> Rpc:
-    """The :class:`Rpc` the options describe: their endpoint (or emulator) and credentials."""
+    """Make the :class:`Rpc` the options describe: their endpoint (or emulator) and credentials."""
     credentials = load_credentials(**options.credential_kwargs())
     return Rpc(subscriber_client(options.effective_emulator_host, credentials, endpoint=options.endpoint))
 

@@ -96,7 +96,7 @@ def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
 
 
 def body_lengths(bodies: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The byte length of each body, read from the binary column's offsets.
+    """Return the byte length of each body, read from the binary column's offsets.
 
     The receive path asks for sizes of every Pull response; a pyarrow compute call costs
     10-40 us of Python dispatch each, several a Pull, against a few us for this. A null body
@@ -113,7 +113,7 @@ def body_lengths(bodies: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def largest_body(batch: pa.RecordBatch) -> int:
-    """The size in bytes of the largest body in ``batch`` (0 when empty)."""
+    """Return the size in bytes of the largest body in ``batch`` (0 when empty)."""
     lengths = body_lengths(batch.column(0))
     return int(lengths.max()) if len(lengths) else 0
 
@@ -140,14 +140,15 @@ def to_ipc(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
 
 
 def from_ipc(payload: pa.Buffer | bytes) -> pa.Table:
-    """The messages of an IPC stream, without copying the bodies."""
+    """Read the messages of an IPC stream, without copying the bodies."""
     buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
     return pa.ipc.open_stream(buf).read_all()
 
 
 def slices(n: int, parts: int | None, *, per_part: int = 20_000, max_parts: int = 8) -> list[tuple[int, int]]:
-    """Contiguous, near-equal ``(offset, length)`` slices of ``n`` rows; with ``parts=None`` one
-    slice per ``per_part`` rows, at most ``max_parts``.
+    """Cut ``n`` rows into contiguous, near-equal ``(offset, length)`` slices.
+
+    With ``parts=None`` one slice per ``per_part`` rows, at most ``max_parts``.
     """
     if n <= 0:
         return []

@@ -31,7 +31,7 @@ PROG = "crdb-pubsub"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
+    """Build the full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
     from crdb_pubsub.decode.vocabulary import ENVELOPES
 
     parser = _Parser(

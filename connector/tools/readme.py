@@ -25,7 +25,7 @@ def _region(name: str) -> re.Pattern[str]:
 
 
 def regions(text: str) -> dict[str, str]:
-    """What each generated region ``text`` has holds now (a page holds any of the tables, or none)."""
+    """Return what each generated region ``text`` has holds now (a page holds any of the tables, or none)."""
     out = {}
     for name in TABLES:
         m = _region(name).search(text)
@@ -47,7 +47,7 @@ def rewrite(text: str) -> str:
 
 
 def pages(root: Path) -> list[Path]:
-    """The pages that may hold generated tables: the README and the docs/ pages."""
+    """List the pages that may hold generated tables: the README and the docs/ pages."""
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 

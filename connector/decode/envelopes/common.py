@@ -79,7 +79,7 @@ class Context:
 
 
 def kind_of(raw: bytes) -> str:
-    """The JSON type a value's first byte announces, for error messages."""
+    """Return the JSON type a value's first byte announces, for error messages."""
     c = raw[:1]
     return {b"{": "object", b"[": "array", b'"': "string", b"t": "boolean", b"f": "boolean", b"n": "null"}.get(
         c, "number"
@@ -139,7 +139,7 @@ def _duplicate_key(buf: bytes) -> str | None:
 
 
 def describe(buf: bytes) -> str:
-    """What a body is, in words: ``nothing``, ``invalid JSON`` or ``a JSON <type>``."""
+    """Describe a body in words: ``nothing``, ``invalid JSON`` or ``a JSON <type>``."""
     stripped = bytes(buf).strip(WS)
     if not stripped:
         return "nothing"
@@ -198,9 +198,10 @@ def int_field(d: dict[str, bytes], name: str) -> int | None:
 
 
 def schema_name(raw: bytes) -> str | None:
-    """The name a ``{"schema": ..., "payload": ...}`` value's schema gives: its ``name`` when that is a
-    JSON string, else None (also for a schema that is not an object). A schema object must parse:
-    raises :class:`Bad` on a repeated key.
+    """Return the name a ``{"schema": ..., "payload": ...}`` value's schema gives, or None.
+
+    The name is the schema's ``name`` when that is a JSON string, else None (also for a schema that
+    is not an object). A schema object must parse: raises :class:`Bad` on a repeated key.
     """
     if raw[:1] != b"{":
         return None
@@ -209,7 +210,7 @@ def schema_name(raw: bytes) -> str | None:
 
 
 def table_from_topic(topic: str | None) -> str | None:
-    """The table a CockroachDB topic names.
+    """Return the table a CockroachDB topic names.
 
     ``table`` -> table; ``table.family`` (column families) -> table; ``db.schema.table`` and
     ``db.schema.table.family`` (full_table_name) -> table. A custom ``topic_name`` is returned
@@ -226,7 +227,7 @@ def table_from_topic(topic: str | None) -> str | None:
 
 
 def convert(raw: bytes | None, ctx: Context, where: str) -> Any:
-    """A row image as the caller asked for it: exact JSON text, or typed (``rowSchema``)."""
+    """Return a row image as the caller asked for it: exact JSON text, or typed (``rowSchema``)."""
     if raw is None or ctx.convert is None:
         return raw
     from ..typed import TypedError
@@ -242,7 +243,7 @@ def convert(raw: bytes | None, ctx: Context, where: str) -> Any:
 
 
 def op_from_images(after: bytes | None, before_present: bool, before: bytes | None) -> str:
-    """The op a row's images imply: no ``after`` is a delete; with ``diff``, no ``before`` a create."""
+    """Return the op a row's images imply: no ``after`` is a delete; with ``diff``, no ``before`` a create."""
     if after is None:
         return "d"
     if before_present:
@@ -258,7 +259,7 @@ def with_commit_time(row: Row) -> Row:
 
 
 def fill_images_and_meta(row: Row, d: dict[str, bytes], ctx: Context) -> tuple[bytes | None, bytes | None]:
-    """The fields wrapped and enriched values share: row images, key, topic and HLC timestamps.
+    """Fill the fields wrapped and enriched values share: row images, key, topic and HLC timestamps.
 
     Returns the raw ``after``/``before`` so the caller can derive the op from them.
     """

@@ -23,9 +23,11 @@ Value = dict[str, bytes]
 
 
 class FastPath(Protocol):
-    """A family's fast path: a whole batch decoded at once, for the bodies it can prove come out
-    exactly as the family's ``decode`` (and the general path around it) makes them one by one: the
-    same rows, values and columns. It leaves every other body to the general path.
+    """A family's fast path: a whole batch decoded at once, for the bodies it can prove.
+
+    Those are the bodies it can prove come out exactly as the family's ``decode`` (and the general
+    path around it) makes them one by one: the same rows, values and columns. It leaves every other
+    body to the general path.
 
     ``envelopes``: the ``envelope`` option values it runs under. ``likely(first)``: how surely a
     batch is this family's, judged by its first body (0: no sign, 1: its framing, 2: its exact

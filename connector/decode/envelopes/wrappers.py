@@ -28,7 +28,7 @@ class Unwrapped:
 
 
 def unwrap(top: dict[str, bytes], body: bytes, ctx: Context) -> Unwrapped | list[Row]:
-    """The value of a message body, or the rows of a sinkless result row (decoded here)."""
+    """Return the value of a message body, or the rows of a sinkless result row (decoded here)."""
     if not _V2_KEYS.isdisjoint(top):
         extra = sorted(set(top) - _V2_KEYS)
         if extra:

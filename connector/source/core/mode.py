@@ -35,50 +35,58 @@ class Mode(Protocol):
         """
 
     def set_cutoff(self, cutoff_us: int | None) -> None:
-        """Trigger.AvailableNow: messages published after ``cutoff_us`` belong to the next run
-        (``None``: the run ended). May be called before :meth:`start`.
+        """Set Trigger.AvailableNow's cutoff: messages published after ``cutoff_us`` belong to the next run.
+
+        ``None``: the run ended. May be called before :meth:`start`.
         """
 
     def check(self) -> None:
         """Raise the mode's permanent failure, if any (called at every ``latestOffset``)."""
 
     def first_latest(self, committed: int, limits: Limits) -> None:
-        """The first ``latestOffset`` of this process: Spark has committed every batch up to
-        ``committed`` and knows no batch after it.
+        """Handle the first ``latestOffset`` of this process.
+
+        Spark has committed every batch up to ``committed`` and knows no batch after it.
         """
 
     def available_now_over(self, committed: int) -> bool:
-        """Trigger.AvailableNow: whether the run may end with batch ``committed`` (every message
-        published before the cutoff is in a committed batch, as far as Pub/Sub can show). May
-        wait, bounded, for that evidence.
+        """Return whether a Trigger.AvailableNow run may end with batch ``committed``.
+
+        It may when every message published before the cutoff is in a committed batch, as far as
+        Pub/Sub can show. May wait, bounded, for that evidence.
         """
 
     def plan(self, batch_id: int, limits: Limits, ensure_run: Callable[[], None]) -> bool:
-        """Plan batch ``batch_id`` within ``limits``, durably first with a stateDir; False when
-        there is nothing to plan. ``ensure_run()`` must be called before the first durable write
-        (it ties the stateDir to the query run).
+        """Plan batch ``batch_id`` within ``limits``, durably first with a stateDir.
+
+        False when there is nothing to plan. ``ensure_run()`` must be called before the first
+        durable write (it ties the stateDir to the query run).
         """
 
     def inputs(self, batch_id: int) -> Sequence[Any] | None:
-        """What each Spark partition of ``batch_id`` reads (the same content every time it is
-        asked, across processes with a stateDir); ``None`` when this process can't replay it.
+        """Return what each Spark partition of ``batch_id`` reads; ``None`` when this process can't replay it.
+
+        The same content every time it is asked, across processes with a stateDir.
         """
 
     def known(self, after: int, upto: int) -> list[int]:
-        """The batches in ``(after, upto]`` that :meth:`inputs` can answer (for huge ranges)."""
+        """Return the batches in ``(after, upto]`` that :meth:`inputs` can answer (for huge ranges)."""
 
     def acknowledge(self, upto: int) -> None:
-        """Spark committed every batch ``<= upto``: acknowledge exactly their messages and record
-        the commit in the ledger. Never acknowledges a message no committed batch yielded.
+        """Acknowledge exactly the messages of the batches ``<= upto`` and record the commit in the ledger.
+
+        Spark committed every batch ``<= upto``. Never acknowledges a message no committed batch
+        yielded.
         """
 
     def end_available_now(self, within: float) -> bool:
-        """The AvailableNow run ends: hand back what belongs to the next run and wait (at most
-        ``within`` s) for every acknowledgement to be answered; False if some were not.
+        """End the AvailableNow run: hand back what belongs to the next run and wait for acknowledgements.
+
+        Waits at most ``within`` s for every acknowledgement to be answered; False if some were not.
         """
 
     def gauges(self) -> dict[str, Any]:
-        """The mode's gauges for the progress report (see :mod:`..metrics`)."""
+        """Return the mode's gauges for the progress report (see :mod:`..metrics`)."""
 
     def shutdown(self, within: float) -> None:
         """Stop, hand held messages back where that helps the next run, at most ``within`` s."""

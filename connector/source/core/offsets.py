@@ -28,7 +28,7 @@ def batch_of(offset: dict | None) -> int | None:
 
 
 def offset_of(batch_id: int, run: str | None) -> dict:
-    """The offset of ``batch_id`` in ``run``."""
+    """Return the offset of ``batch_id`` in ``run``."""
     if batch_id == 0 or run is None:
         return {"batch": batch_id}
     return {"batch": batch_id, "run": run}

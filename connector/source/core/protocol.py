@@ -82,8 +82,9 @@ class OffsetProtocol:
     # ---------------------------------------------------------------- start
 
     def _begin(self, offset: dict | None) -> None:
-        """Every Spark call starts here: start the mode on the first, learn the query run from
-        the first offset that names one (see :meth:`_learn`).
+        """Begin every Spark call here: start the mode on the first one.
+
+        Also learn the query run from the first offset that names one (see :meth:`_learn`).
         """
         if not self._begun:
             self._start(run_of(offset))
@@ -212,7 +213,7 @@ class OffsetProtocol:
             return offset_of(bid, self._run)
 
     def partitions(self, start: dict, end: dict) -> list[tuple[int, int, Any]]:
-        """What each partition of the batches in ``(start, end]`` reads: ``(batch id, index, input)``."""
+        """Return what each partition of the batches in ``(start, end]`` reads: ``(batch id, index, input)``."""
         with self._lock:
             self._begin(end)
             sid, eid = batch_of(start) or 0, batch_of(end) or 0
@@ -289,6 +290,6 @@ class OffsetProtocol:
 
 
 def protocol_for(options: SourceOptions, mode_factory: Callable[[SourceOptions, Counters], Mode]) -> OffsetProtocol:
-    """The protocol over the mode ``mode_factory`` builds (with the counters both share)."""
+    """Build the protocol over the mode ``mode_factory`` builds (with the counters both share)."""
     counters = Counters()
     return OffsetProtocol(options, mode_factory(options, counters), counters)

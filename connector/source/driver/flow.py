@@ -85,7 +85,7 @@ class FlowControl:
             return None
 
     def settle(self, r: Reservation, messages: int, nbytes: int, largest: int) -> None:
-        """A Pull answered: its reservation becomes what it really brought (``messages`` kept)."""
+        """Settle an answered Pull: its reservation becomes what it really brought (``messages`` kept)."""
         with self._cond:
             self._reserved_messages -= r.messages
             self._reserved_bytes -= r.bytes

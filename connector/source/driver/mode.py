@@ -74,9 +74,11 @@ class DriverMode:
     # ---------------------------------------------------------------- Mode
 
     def start(self, ledger: Ledger | None, recovered: Recovered | None) -> None:
-        """Hold what an earlier process planned *before* pulling starts, so that Pub/Sub's
-        redeliveries of its messages are recognised as theirs; whether those batches are replayed
-        or planned anew is decided when Spark's calls show which batches it knows.
+        """Hold what an earlier process planned *before* pulling starts.
+
+        That way Pub/Sub's redeliveries of its messages are recognised as theirs; whether those
+        batches are replayed or planned anew is decided when Spark's calls show which batches it
+        knows.
         """
         opts = self._opts
         if recovered is not None and recovered.plans:
@@ -121,9 +123,10 @@ class DriverMode:
         self.receiver.raise_if_failed()
 
     def first_latest(self, committed: int, limits: Limits) -> None:
-        """Batches an earlier process planned that Spark never saw go back to the buffer; then
-        wait, bounded, for what the subscriptions hold, so that a single-batch run (Trigger.Once,
-        or AvailableNow on 4.0/4.1) reads the backlog.
+        """Put back the batches an earlier process planned that Spark never saw; then wait for the backlog.
+
+        They go back to the buffer; the wait, bounded, is for what the subscriptions hold, so that a
+        single-batch run (Trigger.Once, or AvailableNow on 4.0/4.1) reads the backlog.
         """
         receiver = self.receiver
         unseen = sorted(b for b in self._recovered if b > committed)
@@ -151,8 +154,10 @@ class DriverMode:
         receiver.raise_if_failed()
 
     def available_now_over(self, committed: int) -> bool:
-        """Wait until something is buffered or the subscriptions show they are drained; the run is
-        over when nothing is buffered and they are (or only later messages fill the flow control).
+        """Wait until something is buffered or the subscriptions show they are drained.
+
+        The run is over when nothing is buffered and they are (or only later messages fill the flow
+        control).
         """
         assert self._cutoff is not None
         cutoff, since = self._cutoff

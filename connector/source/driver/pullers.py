@@ -36,9 +36,11 @@ IMMEDIATE_PAUSE_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class Sent:
-    """When a Pull was sent (monotonic), whether an ordered subscription's messages were
-    outstanding then, and whether to ask with ``return_immediately`` (an AvailableNow run on a
-    subscription whose Pulls time out: a long Pull that times out casts a new shadow).
+    """When a Pull was sent (monotonic), and how.
+
+    Also whether an ordered subscription's messages were outstanding then, and whether to ask with
+    ``return_immediately`` (an AvailableNow run on a subscription whose Pulls time out: a long Pull
+    that times out casts a new shadow).
     """
 
     at: float

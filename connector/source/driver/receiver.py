@@ -151,7 +151,7 @@ class Receiver:
                 self._pullers.append(p)
 
     def shutdown(self, *, hand_back: bool, within: float) -> None:
-        """The one way to stop: no Pull, lease or hand-back lands after this returns.
+        """Stop the receiver, the one way to stop: no Pull, lease or hand-back lands after this returns.
 
         Stops issuing Pulls and lease renewals, waits for the Pulls in flight (what they bring is
         handed back at once: a Pull answered after the hand-back would take messages away from
@@ -179,8 +179,9 @@ class Receiver:
     # ------------------------------------------------------------------ pullers' side
 
     def wait_until_pulling(self, sub: str) -> bool:
-        """False (after a short wait) while ``sub`` should not be pulled: an AvailableNow run that
-        found it drained pulls nothing more from it.
+        """Return False (after a short wait) while ``sub`` should not be pulled.
+
+        An AvailableNow run that found it drained pulls nothing more from it.
         """
         with self._cond:
             if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):
@@ -189,8 +190,10 @@ class Receiver:
         return not self._stopping.is_set()
 
     def sending(self, sub: str) -> Sent:
-        """A puller is about to send a Pull on ``sub``: when, and whether messages of an ordered
-        subscription are outstanding (its answer then proves nothing about what waits).
+        """Return the :class:`Sent` of a Pull a puller is about to send on ``sub``.
+
+        When, and whether messages of an ordered subscription are outstanding (its answer then
+        proves nothing about what waits).
         """
         info = self._info.get(sub)
         outstanding = False
@@ -207,14 +210,18 @@ class Receiver:
         return Sent(now, outstanding, immediate)
 
     def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
-        """A Pull sent at ``sent`` timed out: Pub/Sub may have leased messages to nobody until its
-        deadline plus the subscription's ack deadline.
+        """Note that a Pull sent at ``sent`` timed out.
+
+        Pub/Sub may have leased messages to nobody until its deadline plus the subscription's ack
+        deadline.
         """
         self._cast_shadow(sub, sent.at + timeout)
 
     def _cast_shadow(self, sub: str, leased_at: float) -> None:
-        """Messages of ``sub`` may be leased (to nobody, or by an acknowledgement not proven) as of
-        ``leased_at``: until that lease lapses, an empty answer proves nothing.
+        """Cast a shadow on ``sub``: its messages may be leased as of ``leased_at``.
+
+        Leased to nobody, or by an acknowledgement not proven; until that lease lapses, an empty
+        answer proves nothing.
         """
         info = self._info.get(sub)
         until = leased_at + (info.ack_deadline if info else self._lease_seconds)
@@ -224,8 +231,9 @@ class Receiver:
     def accept(
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
     ) -> None:
-        """Sort one Pull response's messages and hold the new ones (``puller``: its slot;
-        ``sent``: when its Pull was sent).
+        """Sort one Pull response's messages and hold the new ones.
+
+        ``puller``: its slot; ``sent``: when its Pull was sent.
         """
         now = self._clock()
         sent = sent or Sent(now, False)
@@ -464,9 +472,10 @@ class Receiver:
         return n
 
     def adopt(self, chunks: Sequence[Chunk]) -> None:
-        """Hold messages recovered from an earlier process, as part of a planned batch (their ack
-        ids are stale: when Pub/Sub delivers them again, the new ack ids are attached, and only
-        those are leased).
+        """Hold messages recovered from an earlier process, as part of a planned batch.
+
+        Their ack ids are stale: when Pub/Sub delivers them again, the new ack ids are attached, and
+        only those are leased.
         """
         with self._cond:
             for c in chunks:
@@ -496,8 +505,9 @@ class Receiver:
     # ------------------------------------------------------------------ AvailableNow and first fill
 
     def set_cutoff(self, publish_us: int | None) -> None:
-        """AvailableNow: messages published after ``publish_us`` are held apart and handed back
-        when the run ends; a subscription found drained is pulled no more.
+        """Set the AvailableNow cutoff: messages published after ``publish_us`` are held apart.
+
+        They are handed back when the run ends; a subscription found drained is pulled no more.
         """
         with self._cond:
             self._cutoff_us = publish_us
@@ -520,7 +530,9 @@ class Receiver:
     # Predicates for :meth:`wait`, evaluated with the lock held.
 
     def quiet_locked(self, cutoff_us: int, since: float) -> bool:
-        """Every subscription answered a Pull sent at or after ``since`` with no new message
+        """Return whether every subscription shows it delivered what was published until the cutoff.
+
+        True when every subscription answered a Pull sent at or after ``since`` with no new message
         published at or before ``cutoff_us``, while nothing that would hold messages back was
         outstanding (an ordered subscription's held messages) and after any Pull that timed out
         could have leased messages to nobody: what was published until then has been delivered
@@ -557,8 +569,9 @@ class Receiver:
             return bool(self._buffer)
 
     def end_available_now(self, *, within: float) -> bool:
-        """Hand back what was published after the cutoff and wait for every acknowledgement to be
-        answered (at most ``within`` seconds). False when some were not answered in time.
+        """Hand back what was published after the cutoff and wait for every acknowledgement to be answered.
+
+        At most ``within`` seconds. False when some were not answered in time.
         """
         with self._cond:
             later = list(self._later)

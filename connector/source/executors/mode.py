@@ -185,7 +185,10 @@ class ExecutorsMode:
         pass  # nothing is held: plans Spark never saw are reused for the batch of the same number
 
     def available_now_over(self, committed: int) -> bool:
-        """The run may end once a committed batch of this run shows every subscription drained."""
+        """Return whether the run may end.
+
+        It may once a committed batch of this run shows every subscription drained.
+        """
         if self._run_from is None or committed < self._run_from:
             return False
         batch, drained = self._evidence
@@ -328,10 +331,11 @@ class ExecutorsMode:
     # ---------------------------------------------------------------- slices
 
     def _slice(self, bid: int, part: int) -> _Slice:
-        """Slice ``part`` of committed batch ``bid``, read by its exact name. Spark committed the
-        batch, so every task recorded (or replayed) its slice: one not visible yet is waited for,
-        and one that stays missing fails the query rather than leave its messages unacknowledged
-        and unrecognised.
+        """Read slice ``part`` of committed batch ``bid`` by its exact name.
+
+        Spark committed the batch, so every task recorded (or replayed) its slice: one not visible
+        yet is waited for, and one that stays missing fails the query rather than leave its
+        messages unacknowledged and unrecognised.
         """
         with self._lock:
             known = self._slices.get((bid, part))
@@ -402,9 +406,10 @@ class ExecutorsMode:
                     self._register(bid, part, *found, lease=True)
 
     def _drop_sets(self, batch_id: int) -> dict[str, IdSet]:
-        """By subscription: the ids a task of ``batch_id`` must not yield again (acknowledged without
-        proof or not answered yet, or held in a slice of another uncommitted batch; a slice of the
-        same batch is checked by the task itself when it records).
+        """Return, by subscription, the ids a task of ``batch_id`` must not yield again.
+
+        Those acknowledged without proof or not answered yet, or held in a slice of another
+        uncommitted batch; a slice of the same batch is checked by the task itself when it records.
         """
         with self._lock:
             held: dict[str, list[str]] = {}
@@ -424,10 +429,11 @@ class ExecutorsMode:
         return out
 
     def _drained(self, bid: int, slices: list[_Slice]) -> bool:
-        """Whether committed batch ``bid``'s tasks found every subscription drained: each ended on
-        an empty answer (or one of only later messages) to a Pull sent after any earlier Pull of
-        it could have leased messages to nobody, with Pub/Sub reachable; and for an ordered
-        subscription, nothing of it was held when they pulled (no row kept in the batch, the
+        """Return whether committed batch ``bid``'s tasks found every subscription drained.
+
+        Each ended on an empty answer (or one of only later messages) to a Pull sent after any
+        earlier Pull of it could have leased messages to nobody, with Pub/Sub reachable; and for an
+        ordered subscription, nothing of it was held when they pulled (no row kept in the batch, the
         previous acknowledgements answered and proven).
         """
         for s in slices:

@@ -13,8 +13,10 @@ TASK_PULL_FRACTION = 0.4  # of the shortest subscription ack deadline: leases ou
 
 @dataclass(frozen=True)
 class Plan:
-    """What the driver decided for one batch, recorded once in the ledger before Spark learns the
-    batch's offset; a replay, in any process, gives the tasks exactly these orders.
+    """What the driver decided for one batch, recorded once in the ledger.
+
+    It is recorded before Spark learns the batch's offset; a replay, in any process, gives the tasks
+    exactly these orders.
     """
 
     parts: int
@@ -35,8 +37,9 @@ class Plan:
         return cls(int(raw["parts"]), int(raw["max_messages"]), int(raw["max_bytes"]), raw.get("cutoff_us"))
 
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
-        """The subscriptions task ``index`` pulls: each task one, round robin, or several each when
-        there are more subscriptions than tasks.
+        """Return the subscriptions task ``index`` pulls.
+
+        Each task one, round robin, or several each when there are more subscriptions than tasks.
         """
         return tuple(subs[index :: self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
 
@@ -72,7 +75,7 @@ def orders_of(
     drop: dict[str, IdSet],
     immediate: frozenset[str] = frozenset(),
 ) -> list[SliceOrder]:
-    """The orders of ``plan``'s tasks."""
+    """Return the orders of ``plan``'s tasks."""
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
     out = []

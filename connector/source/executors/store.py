@@ -97,8 +97,9 @@ class SliceStore:
     # ---------------------------------------------------------------- tasks
 
     def claim(self, batch_id: int, partition: int, *, wait: float) -> Lease:
-        """Hold the right to pull for ``(batch, partition)``, renewed until released; waits up to
-        ``wait`` s for another attempt's claim to be released or to expire.
+        """Hold the right to pull for ``(batch, partition)``, renewed until released.
+
+        Waits up to ``wait`` s for another attempt's claim to be released or to expire.
 
         Raises :class:`SliceConflict` (naming the holder) if it is still held then.
         """
@@ -119,8 +120,9 @@ class SliceStore:
         return lease
 
     def publish(self, claim: Lease, batch_id: int, partition: int, table: pa.Table, info: SliceInfo) -> bool:
-        """Write the slice durably while ``claim`` is held; False when another attempt's slice is
-        already there. Raises ``LeaseLost`` when the claim was lost (taken over).
+        """Write the slice durably while ``claim`` is held; False when another attempt's slice is there.
+
+        Raises ``LeaseLost`` when the claim was lost (taken over).
         """
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, SLICE_SCHEMA.with_metadata(info.metadata())) as writer:
@@ -128,7 +130,7 @@ class SliceStore:
         return claim.create(self.key(batch_id, partition), sink.getvalue().to_pybytes())
 
     def read(self, batch_id: int, partition: int) -> pa.Table | None:
-        """The recorded slice (every column), or ``None`` if none was published."""
+        """Return the recorded slice (every column), or ``None`` if none was published."""
         source = self.storage.open_input(self.key(batch_id, partition))
         if source is None:
             return None
@@ -136,8 +138,9 @@ class SliceStore:
             return pa.ipc.open_file(source).read_all()
 
     def read_acks(self, batch_id: int, partition: int) -> tuple[pa.Table, SliceInfo] | None:
-        """The small columns of a slice (the bodies are not read) and its metadata; ``None`` if
-        none was published.
+        """Return the small columns of a slice (the bodies are not read) and its metadata.
+
+        ``None`` if none was published.
         """
         source = self.storage.open_input(self.key(batch_id, partition))
         if source is None:

@@ -60,10 +60,11 @@ RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive a
 
 @contextlib.contextmanager
 def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table]:
-    """The messages of ``order``'s slice to yield (:data:`MESSAGE_SCHEMA`), for the duration of the
-    ``with``: the recorded slice if one exists, else a new one, pulled and recorded first. The
-    leases of a new slice are kept until the ``with`` ends (Spark consumed the rows), then
-    extended once more for the driver to take over.
+    """Provide the messages of ``order``'s slice to yield (:data:`MESSAGE_SCHEMA`), for the ``with``.
+
+    The recorded slice if one exists, else a new one, pulled and recorded first. The leases of a new
+    slice are kept until the ``with`` ends (Spark consumed the rows), then extended once more for
+    the driver to take over.
     """
     store = SliceStore(_storage(options.stateDir or ""))
     table = store.read(order.batch_id, order.index)
@@ -129,9 +130,10 @@ class _Evidence:
 
 
 class _Pulled:
-    """What one task pulled so far: one chunk per answer, the rows' roles, the evidence per
-    subscription. Only the task's thread touches it (the keeper reads the chunks' lease fields
-    under its own lock).
+    """What one task pulled so far: one chunk per answer, the rows' roles, the evidence per subscription.
+
+    Only the task's thread touches it (the keeper reads the chunks' lease fields under its own
+    lock).
     """
 
     def __init__(self, order: SliceOrder, keeper: Leaser) -> None:
@@ -160,7 +162,8 @@ class _Pulled:
             self.keeper.extend([c], self.order.lease_seconds)
 
     def drop_unproven(self, rpc: Rpc) -> None:
-        """Hand back, unrecorded, the messages whose lease is not proven to outlive the recording:
+        """Hand back, unrecorded, the messages whose lease is not proven to outlive the recording.
+
         Pub/Sub may have delivered them to another task meanwhile.
         """
         bound = time.monotonic() + RECORD_MARGIN_SECONDS
@@ -187,8 +190,10 @@ class _Pulled:
         self.roles = [self.roles[i] for i in keep]
 
     def mark_recorded_elsewhere(self, store: SliceStore) -> None:
-        """A message another slice of this batch recorded (its lease lapsed there, and Pub/Sub
-        delivered it here) is yielded by that slice: here it is a redelivery.
+        """Mark the messages another slice of this batch recorded as redeliveries here.
+
+        Such a message (its lease lapsed there, and Pub/Sub delivered it here) is yielded by that
+        slice: here it is a redelivery.
         """
         if not self.chunks:
             return
@@ -265,9 +270,10 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk]) -> None:
 
 
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
-    """Pull until the share is full, every subscription answered with nothing (more), or the
-    time is up. A Pull error is retried within that time only: the task then records what it
-    holds (and says Pub/Sub was unavailable) rather than holding messages past their lease.
+    """Pull until the share is full, every subscription answered with nothing (more), or the time is up.
+
+    A Pull error is retried within that time only: the task then records what it holds (and says
+    Pub/Sub was unavailable) rather than holding messages past their lease.
     """
     end = time.monotonic() + order.seconds
     open_subs = list(order.subscriptions)
@@ -299,9 +305,10 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
 def _one_pull(
     rpc: Rpc, sub: str, max_messages: int, left: float, evidence: _Evidence, deadline: int, immediately: bool = False
 ) -> tuple[Any, float, float] | None:
-    """One answer from ``sub`` (possibly empty) with the monotonic and wall time its Pull was
-    sent; ``None`` when ``left`` ran out first. A Pull that timed out or failed casts a shadow:
-    it may have leased messages to nobody until the subscription's ack deadline has passed.
+    """Pull one answer from ``sub`` (possibly empty), with the monotonic and wall time its Pull was sent.
+
+    ``None`` when ``left`` ran out first. A Pull that timed out or failed casts a shadow: it may have
+    leased messages to nobody until the subscription's ack deadline has passed.
     """
     from google.api_core import exceptions as gexc
 

@@ -34,8 +34,9 @@ class Job:
 
 
 class Acker:
-    """Sends queued :class:`Job` s from its own thread. ``_pending`` counts unanswered jobs and is
-    guarded by ``_idle``'s lock.
+    """Sends queued :class:`Job` s from its own thread.
+
+    ``_pending`` counts unanswered jobs and is guarded by ``_idle``'s lock.
     """
 
     def __init__(self, rpc: Rpc) -> None:
@@ -60,7 +61,7 @@ class Acker:
         self._queue.put(job)
 
     def busy(self) -> bool:
-        """Some submitted job is not answered yet."""
+        """Return whether some submitted job is not answered yet."""
         with self._idle:
             return self._pending > 0
 

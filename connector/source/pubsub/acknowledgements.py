@@ -75,8 +75,9 @@ class Acknowledgements:
         self._clock = clock
 
     def acknowledge(self, chunks: Sequence[Chunk], on_answered: Answered | None = None) -> int:
-        """Acknowledge every message of ``chunks``; returns how many. ``on_answered`` runs once
-        every subscription's requests were answered.
+        """Acknowledge every message of ``chunks``; return how many.
+
+        ``on_answered`` runs once every subscription's requests were answered.
         """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
@@ -98,8 +99,10 @@ class Acknowledgements:
         return n
 
     def resend(self, sub: str, pairs: Sequence[tuple[str, str]]) -> None:
-        """Acknowledge again messages an earlier process could not prove acknowledged (their ack
-        ids are probably stale: the messages stay remembered until Pub/Sub delivers them again).
+        """Acknowledge again messages an earlier process could not prove acknowledged.
+
+        Their ack ids are probably stale: the messages stay remembered until Pub/Sub delivers them
+        again.
         """
         if not pairs:
             return

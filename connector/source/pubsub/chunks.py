@@ -93,8 +93,9 @@ class Chunk:
         return f"Chunk({self.sub.rsplit('/', 1)[-1]}, {len(self)} messages, {self.nbytes} B, {self.state})"
 
     def refresh(self, message_id: str, ack_id: str, proven_until: float) -> None:
-        """A new delivery of a held message: only its newest ack id is valid from now on, with the
-        lease its own Pull proves (``proven_until``).
+        """Take a new delivery of a held message: only its newest ack id is valid from now on.
+
+        It comes with the lease its own Pull proves (``proven_until``).
         """
         if self._pos is None:
             self._pos = {m: i for i, m in enumerate(self.message_ids)}
@@ -107,7 +108,7 @@ class Chunk:
         self.proven_until = min(self.proven_until, proven_until) if had_fresh else proven_until
 
     def proven(self, index: int, at: float) -> bool:
-        """Was message ``index``'s lease proven alive at monotonic time ``at``?"""
+        """Return whether message ``index``'s lease was proven alive at monotonic time ``at``."""
         return index not in self.stale and at < self.proven_until
 
     def fresh_ack_ids(self) -> list[str]:
@@ -117,7 +118,7 @@ class Chunk:
         return [a for i, a in enumerate(self.ack_ids) if i not in self.stale]
 
     def split(self, n: int) -> tuple[Chunk, Chunk]:
-        """The first ``n`` messages and the rest, as two chunks with the same lease state."""
+        """Split into the first ``n`` messages and the rest, as two chunks with the same lease state."""
         assert self.batch is not None and 0 < n < len(self)
         head_batch, tail_batch = self.batch.slice(0, n), self.batch.slice(n)
         out = []

@@ -71,8 +71,9 @@ class Leaser:
         c.renew_at = min(now + granted * random.uniform(*RENEW_FRACTION), c.lease_until - MIN_SLACK_SECONDS)
 
     def add(self, chunks: list[Chunk], granted: float, *, renew_now: bool = False) -> None:
-        """Start leasing ``chunks``, whose deadline Pub/Sub set to ``granted`` seconds from now
-        (``renew_now``: renew at the next tick, e.g. chunks another process leased until now).
+        """Start leasing ``chunks``, whose deadline Pub/Sub set to ``granted`` seconds from now.
+
+        ``renew_now``: renew at the next tick (e.g. chunks another process leased until now).
         """
         now = self._clock()
         with self._lock:
@@ -103,8 +104,9 @@ class Leaser:
             self._thread.join(timeout)
 
     def extend(self, chunks: list[Chunk], seconds: int) -> None:
-        """Renew ``chunks`` now, from the caller's thread (e.g. at once on receipt when the
-        subscription's own deadline is shorter than the lease wanted).
+        """Renew ``chunks`` now, from the caller's thread.
+
+        E.g. at once on receipt when the subscription's own deadline is shorter than the lease wanted.
         """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:

@@ -48,7 +48,7 @@ class Generation:
 
 
 def numeric(mids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """The ids as int64 where that is exact (digits only, no leading zero, < 10^18); the rest."""
+    """Return the ids as int64 where that is exact (digits only, no leading zero, < 10^18); the rest."""
     if not mids:
         return np.empty(0, np.int64), []
     joined = "".join(mids)
@@ -96,7 +96,7 @@ class IdSet:
         return len(self.nums) + len(self.other)
 
     def mask(self, mids: Sequence[str]) -> np.ndarray:
-        """For each id: is it in the set?"""
+        """Return, for each id, whether it is in the set."""
         if not len(self):
             return np.zeros(len(mids), dtype=bool)
         nums, other = numeric(mids)
@@ -229,8 +229,9 @@ class Remembered:
                 )
 
     def seen(self, sub: str, mids: Sequence[str], now: float) -> list[bool]:
-        """For each id: was it acknowledged and is it still remembered? (One binary search per
-        generation: the receive path asks this of every Pull response.)
+        """Return, for each id, whether it was acknowledged and is still remembered.
+
+        One binary search per generation: the receive path asks this of every Pull response.
         """
         if not mids:
             return []
@@ -250,7 +251,7 @@ class Remembered:
         return [(m in found) if not _canonical(m) else next(it) for m in mids]
 
     def ids(self, sub: str, now: float) -> IdSet:
-        """The live ids of ``sub`` as one compact set."""
+        """Return the live ids of ``sub`` as one compact set."""
         with self._lock:
             ids = self._subs.get(sub)
             gens = ids.live(now) if ids is not None else []

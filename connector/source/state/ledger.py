@@ -213,10 +213,11 @@ class Ledger:
     def _end_stale_holder(
         self, holder: dict, run: str, asked: tuple[int, float] | None, now: float
     ) -> tuple[int, float] | None:
-        """End the holder if it is a reader of this driver serving ``run``: its run has ended, its
-        process did not (it missed or could not handle Spark's SIGTERM). Asked first, killed
-        :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic, so a kill leaves
-        what a crash leaves.
+        """End the holder if it is a reader of this driver serving ``run``.
+
+        Its run has ended, its process did not (it missed or could not handle Spark's SIGTERM).
+        Asked first, killed :data:`KILL_AFTER_SECONDS` later; every write it may be doing is atomic,
+        so a kill leaves what a crash leaves.
         """
         pid = holder.get("pid") if holder.get("host") == socket.gethostname() else None
         meta = self._meta_or_none()
@@ -351,9 +352,10 @@ class Ledger:
             self._pending.add(key)
 
     def record_plan(self, batch_id: int, plan: dict) -> dict:
-        """Record what batch ``batch_id``'s tasks are told, once: the plan an earlier process
-        recorded for the same batch wins (its tasks may have recorded slices under it), and is
-        returned.
+        """Record what batch ``batch_id``'s tasks are told, once.
+
+        The plan an earlier process recorded for the same batch wins (its tasks may have recorded
+        slices under it), and is returned.
         """
         key = _plan(batch_id)
         with self._lock:
@@ -379,8 +381,10 @@ class Ledger:
             self._pending.difference_update(keys)
 
     def committed(self, batch_id: int, rows: Sequence[tuple[str, str, str]] | pa.Table) -> None:
-        """Spark committed every batch <= ``batch_id``: ``rows`` are their (sub, message id, ack id),
-        as tuples or as a table of those three string columns.
+        """Record that Spark committed every batch <= ``batch_id``.
+
+        ``rows`` are their (sub, message id, ack id), as tuples or as a table of those three string
+        columns.
         """
         if len(rows):
             self._create(_acked(batch_id), _ipc(_acked_table(rows, self._wall()), None))
@@ -408,8 +412,10 @@ class Ledger:
             self._prune()
 
     def _prune(self) -> None:
-        """Forget commit records past their window (the newest stays: it tells a new process what
-        committed), and unconfirmed ones past theirs or past ``max_unconfirmed`` rows in all.
+        """Forget commit records past their window, and unconfirmed ones past theirs or past a cap.
+
+        The newest commit record stays: it tells a new process what committed. The cap is
+        ``max_unconfirmed`` unconfirmed rows in all.
         """
         now = self._pruned_at = self._wall()
         commits = _commits(self.storage.list(f"{ROOT}/acked/"))

@@ -73,7 +73,7 @@ class Storage(Protocol):
         ...
 
     def read(self, key: str) -> bytes | None:
-        """The object's data, or None when there is no object at ``key``."""
+        """Return the object's data, or None when there is no object at ``key``."""
         ...
 
     def stat(self, key: str) -> ObjectInfo | None:
@@ -81,7 +81,7 @@ class Storage(Protocol):
         ...
 
     def open_input(self, key: str) -> Any | None:
-        """A random-access readable file of the object's data, or None when there is none.
+        """Open a random-access readable file of the object's data, or return None when there is none.
 
         The file suits ``pyarrow.ipc.open_file``: with
         ``pyarrow.ipc.IpcReadOptions(included_fields=...)`` only the footer, the batches' metadata
@@ -108,7 +108,7 @@ class Storage(Protocol):
         ...
 
     def read_versioned(self, key: str) -> tuple[bytes, int] | None:
-        """The object's data and version, or None when there is no object at ``key``.
+        """Return the object's data and version, or None when there is no object at ``key``.
 
         Read the objects that :meth:`swap` writes with this (their versions are what ``swap``
         compares); it works on objects written by :meth:`create` too.
@@ -116,8 +116,9 @@ class Storage(Protocol):
         ...
 
     def swap(self, key: str, data: bytes, expected: int, *, metadata: Mapping[str, str] | None = None) -> int | None:
-        """Compare-and-swap: replace the object at ``key`` with ``data`` only if its version is
-        ``expected`` (``expected=0``: only if there is no object).
+        """Compare-and-swap: replace the object at ``key`` with ``data`` only if its version is ``expected``.
+
+        ``expected=0``: only if there is no object.
 
         Returns
         -------
@@ -130,7 +131,7 @@ class Storage(Protocol):
 
 
 def open_storage(url_or_path: str) -> Storage:
-    """The :class:`Storage` for a ``stateDir`` value.
+    """Open the :class:`Storage` for a ``stateDir`` value.
 
     ``gs://bucket[/prefix]`` -> Cloud Storage (credentials: Application Default Credentials, or the
     emulator's anonymous access when ``STORAGE_EMULATOR_HOST`` is set); an absolute or relative path,

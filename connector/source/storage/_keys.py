@@ -31,7 +31,7 @@ def check_prefix(prefix: str) -> str:
 
 
 def check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
-    """A copy of ``metadata`` with str keys and values, none of them using the reserved prefix."""
+    """Check ``metadata`` and return a copy with str keys and values, none of them using the reserved prefix."""
     out: dict[str, str] = {}
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not isinstance(v, str) or not k:

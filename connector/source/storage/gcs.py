@@ -1,5 +1,6 @@
-""":class:`GcsStorage`: the :class:`~crdb_pubsub.source.storage.Storage` promises on Cloud Storage,
-with ``google-cloud-storage`` (JSON API).
+""":class:`GcsStorage`: the :class:`~crdb_pubsub.source.storage.Storage` promises on Cloud Storage.
+
+Built with ``google-cloud-storage`` (JSON API).
 
 Object ``<key>`` is ``gs://<bucket>/<prefix>/<key>``; its version is its generation.
 
@@ -91,7 +92,7 @@ class GcsStorage:
 
     @contextmanager
     def _bucket(self) -> Iterator[Any]:
-        """A ``Bucket`` handle whose client no other call uses meanwhile (made when none is free)."""
+        """Lend a ``Bucket`` handle whose client no other call uses meanwhile (made when none is free)."""
         with self._lock:
             bucket = self._free.pop() if self._free else None
         if bucket is None:

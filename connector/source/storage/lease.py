@@ -1,5 +1,6 @@
-"""A lease: one holder at a time for a key of a :class:`~crdb_pubsub.source.storage.Storage`, with an
-expiry, built only on :meth:`~.Storage.read_versioned` and :meth:`~.Storage.swap` (so it works alike
+"""A lease: one holder at a time for a key of a :class:`~crdb_pubsub.source.storage.Storage`, with an expiry.
+
+It is built only on :meth:`~.Storage.read_versioned` and :meth:`~.Storage.swap` (so it works alike
 on POSIX and Cloud Storage). Used for a stateDir's single-writer lock and for slice claims.
 
 The lease object (JSON) records the holder (pid, host, since, a random token), the expiry (wall-clock
@@ -133,10 +134,11 @@ class Lease:
         ).encode()
 
     def acquire(self, wait: float, *, poll: float = 0.5, gone: Callable[[dict], bool] | None = None) -> Lease:
-        """Take the lease, waiting up to ``wait`` seconds for the current holder's lease to expire or
-        be released; returns ``self``. ``gone(holder)`` may say that an unexpired holder is known
-        to have ended (its process is gone from this host): its lease is taken at once, as a
-        kernel releases a dead process's lock.
+        """Take the lease, waiting up to ``wait`` seconds for the current holder's lease to expire or be released.
+
+        Returns ``self``. ``gone(holder)`` may say that an unexpired holder is known to have ended
+        (its process is gone from this host): its lease is taken at once, as a kernel releases a
+        dead process's lock.
 
         Raises
         ------
@@ -203,8 +205,10 @@ class Lease:
             self._generation, self._expiry = generation, expiry
 
     def check(self) -> None:
-        """Raise :class:`LeaseLost` unless this holder may still write: it holds the lease, no
-        renewal failed, and by its own clock the lease is not within ``margin`` of expiring.
+        """Raise :class:`LeaseLost` unless this holder may still write.
+
+        It may while it holds the lease, no renewal failed, and by its own clock the lease is not
+        within ``margin`` of expiring.
         """
         with self._mutex:
             if self._generation is None or self._lost is not None:
@@ -217,8 +221,10 @@ class Lease:
                 )
 
     def release(self) -> None:
-        """Stop renewing and give the lease up (a compare-and-swap to a released record on the
-        generation held; it stays unreleased if another process had taken it). Idempotent.
+        """Stop renewing and give the lease up.
+
+        A compare-and-swap to a released record on the generation held; it stays unreleased if
+        another process had taken it. Idempotent.
 
         A released record, not a delete: the next holder takes it at once all the same, its message
         can say who released, and the CAS is one the test server enforces (fake-gcs-server 1.54.0
@@ -242,10 +248,11 @@ class Lease:
     # ---------------------------------------------------------------- renewer
 
     def start_renewing(self, every: float | None = None) -> None:
-        """Renew every ``every`` seconds (``ttl / 3``) on a daemon thread until :meth:`stop_renewing`,
-        :meth:`release`, or a renewal that finds the lease lost. A renewal that fails for another
-        reason (the storage unreachable) is retried at the next tick; meanwhile :meth:`check`
-        refuses writes once the expiry draws near.
+        """Renew every ``every`` seconds (``ttl / 3``) on a daemon thread.
+
+        It renews until :meth:`stop_renewing`, :meth:`release`, or a renewal that finds the lease
+        lost. A renewal that fails for another reason (the storage unreachable) is retried at the
+        next tick; meanwhile :meth:`check` refuses writes once the expiry draws near.
         """
         every = self.ttl / 3 if every is None else every
         with self._mutex:

@@ -1,5 +1,7 @@
-""":class:`PosixStorage`: the :class:`~crdb_pubsub.source.storage.Storage` promises on a POSIX file
-system (local disk, or a mount that honours ``link``, ``rename``, ``fsync`` and ``flock``).
+""":class:`PosixStorage`: the :class:`~crdb_pubsub.source.storage.Storage` promises on a POSIX file system.
+
+The file system is local disk, or a mount that honours ``link``, ``rename``, ``fsync`` and
+``flock``.
 
 Each object is one file, ``<root>/<key>``, holding the data followed by a trailer::
 
@@ -227,8 +229,9 @@ class PosixStorage:
 
     @contextmanager
     def _locked(self, path: Path, *, create: bool, remove: bool = False) -> Iterator[None]:
-        """Hold ``flock`` on ``path``'s sidecar; ``remove``: unlink the sidecar before letting go
-        (lockers check that the name still refers to the file they locked, and retry if not).
+        """Hold ``flock`` on ``path``'s sidecar; ``remove``: unlink the sidecar before letting go.
+
+        Lockers check that the name still refers to the file they locked, and retry if not.
         """
         lock = path.with_name(f".{path.name}.lock")
         if create:

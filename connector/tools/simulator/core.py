@@ -116,7 +116,7 @@ class ChangefeedSimulator:
         return f"{base}.{family}" if family else base
 
     def topics(self) -> list[str]:
-        """The Pub/Sub topic ids this feed publishes to, in table order, without repeats."""
+        """Return the Pub/Sub topic ids this feed publishes to, in table order, without repeats."""
         out: list[str] = []
         for table in self.options.tables:
             for family, _ in self._families(table):
@@ -328,7 +328,7 @@ class ChangefeedSimulator:
         return {"payload": payload, "schema": schema}, crdb_json(key)
 
     def _wrap(self, key_text: str, value: Any, topic: str) -> tuple[bytes, str]:
-        """The Pub/Sub body and ordering key; both sink generations are built here."""
+        """Build the Pub/Sub body and ordering key; both sink generations are built here."""
         if self.options.legacy_wrapper:
             # Go's json.Marshal of json.RawMessage fields: compacted, HTML characters escaped.
             key_c = crdb_json(json.loads(key_text, parse_float=Decimal), compact=True, escape_html=True)
@@ -357,12 +357,12 @@ class ChangefeedSimulator:
 
     # ---- results
     def ground_truth(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Final state of every table after the changes generated so far.
+        r"""Return the final state of every table after the changes generated so far.
 
         ``{table: {pk_json_text: {column: value}}}`` where ``pk_json_text`` is the primary-key
         array in CockroachDB's formatting (``SimMessage.pk``, e.g. ``["seattle", "6f0c..."]``),
         and values are exact: ``Decimal`` for DECIMAL, ``int`` for INT8, ``bool`` for BOOL,
-        ``str`` for STRING/UUID/TIMESTAMP/TIMESTAMPTZ/BYTES (as sent, e.g. ``"\\x0a0b"``),
+        ``str`` for STRING/UUID/TIMESTAMP/TIMESTAMPTZ/BYTES (as sent, e.g. ``"\x0a0b"``),
         ``float`` for finite FLOATs and the sent string ("NaN", "Infinity", "-Infinity") for the
         others, parsed JSON for JSONB and arrays (JSON numbers: ``int`` or ``Decimal``), ``None``
         for NULL (JSON null in a JSONB column too). With column families the row is whole. Deleted
@@ -371,8 +371,10 @@ class ChangefeedSimulator:
         return _deep_copy(self._rows)
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """Per table: ``inserts``, ``updates``, ``deletes`` (row changes), ``row_messages`` and
-        ``resolved`` (resolved messages sent to the topics the table publishes to).
+        """Return the counts per table.
+
+        ``inserts``, ``updates``, ``deletes`` (row changes), ``row_messages`` and ``resolved``
+        (resolved messages sent to the topics the table publishes to).
         """
         return {t: dict(s) for t, s in self._stats.items()}
 

@@ -140,7 +140,7 @@ def make_publisher(
     max_bytes: int = 4 * 1024 * 1024,
     max_latency: float = 0.02,
 ) -> Any:
-    """A ``PublisherClient`` for the Pub/Sub emulator at ``host_port``, tuned for throughput.
+    """Make a ``PublisherClient`` for the Pub/Sub emulator at ``host_port``, tuned for throughput.
 
     Built by :func:`crdb_pubsub.emulator.publisher_client` (insecure channel, anonymous
     credentials; ``PUBSUB_EMULATOR_HOST`` is neither read nor set). Batches hold up to
@@ -161,7 +161,7 @@ def make_publisher(
 
 
 def make_subscriber(host_port: str) -> Any:
-    """A ``SubscriberClient`` for the emulator at ``host_port`` (see :func:`make_publisher`)."""
+    """Make a ``SubscriberClient`` for the emulator at ``host_port`` (see :func:`make_publisher`)."""
     from crdb_pubsub.emulator import subscriber_client
 
     return subscriber_client(host_port)

@@ -62,7 +62,10 @@ _COLUMN = re.compile(r"(\w+) ([A-Z0-9\[\]]+)(?:\((\d+),(\d+)\))?( NOT NULL)?$")
 def _table(
     name: str, columns: str, pk: tuple[str, ...], families: tuple[tuple[str, tuple[str, ...]], ...] = ()
 ) -> Table:
-    """A table from its columns as CockroachDB declares them: ``"id UUID NOT NULL, balance DECIMAL(12,2)"``."""
+    """Build a table from its columns as CockroachDB declares them.
+
+    For example ``"id UUID NOT NULL, balance DECIMAL(12,2)"``.
+    """
     cols = []
     for spec in re.split(r",\s*(?![^()]*\))", columns.strip()):
         m = _COLUMN.match(spec.strip())

@@ -214,10 +214,11 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
 
 
 def _bare_rows(g: Matched, bodies: list[bytes]) -> pa.Array:
-    """The rows of bare bodies proven canonical: CockroachDB's own layout of the columns, exactly
-    what the general path rebuilds. They are in the bodies already: ``{"Key":K,"Value":{"__crdb__":
-    M, <row>},"Topic":T}``, so each row is cut from the joined bodies (the space before ``<row>``
-    becomes its ``{``), without touching its values.
+    """Return the rows of bare bodies proven canonical: CockroachDB's own layout of the columns.
+
+    That layout is exactly what the general path rebuilds. The rows are in the bodies already:
+    ``{"Key":K,"Value":{"__crdb__": M, <row>},"Topic":T}``, so each row is cut from the joined bodies
+    (the space before ``<row>`` becomes its ``{``), without touching its values.
     """
     m = len(g.idx)
     if g.keys[0] != "__crdb__":

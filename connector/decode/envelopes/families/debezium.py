@@ -1,5 +1,7 @@
-"""``envelope=debezium``: Debezium change events (PostgreSQL, TiCDC, ...), their transaction
-metadata events, schema-change (DDL) events, logical messages, TiCDC watermarks and tombstones.
+"""``envelope=debezium``: Debezium change events and the other events of a Debezium topic.
+
+Those are change events (PostgreSQL, TiCDC, ...), their transaction metadata events, schema-change
+(DDL) events, logical messages, TiCDC watermarks and tombstones.
 
 The fast path takes change events as Debezium's JSON converter writes them (compact), with schemas
 off or on (``{"schema": ..., "payload": ...}``, also TiCDC's ``{"payload": ...}``), whole batches at a
@@ -62,7 +64,7 @@ def is_transaction(d: dict[str, bytes]) -> bool:
 
 
 def _event_us(d: dict[str, bytes]) -> int | None:
-    """A Debezium event time: ``ts_us``, else ``ts_ms``; 0 (or absent) means none."""
+    """Return a Debezium event time: ``ts_us``, else ``ts_ms``; 0 (or absent) means none."""
     us = int_field(d, "ts_us")
     if us is not None and us > 0:
         return us

@@ -9,7 +9,7 @@ from ..registry import Family
 
 
 def key_row(body: bytes) -> Row:
-    """The row of a key array (also the key of a sinkless result row)."""
+    """Decode the row of a key array (also the key of a sinkless result row)."""
     try:
         items = LIST.decode(body)
     except RecursionError:

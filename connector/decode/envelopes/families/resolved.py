@@ -19,7 +19,7 @@ from ..registry import BatchFast, Family, Part
 
 
 def resolved_row(d: dict[str, bytes], envelope: str, where: str) -> Row:
-    """The row of a resolved message (``where`` prefixes the field in errors)."""
+    """Decode the row of a resolved message (``where`` prefixes the field in errors)."""
     value = hlc_field(d, "resolved", where)
     if value is None:
         raise Bad(f"`{where}resolved` must be an HLC string, got null")
@@ -54,7 +54,7 @@ def _likely(first: bytes) -> int:
 
 
 def _fast(bodies: list[bytes], envelope: str) -> list[Part]:
-    """The compact resolved messages among ``bodies`` (short bodies are matched one by one)."""
+    """Decode the compact resolved messages among ``bodies`` (short bodies are matched one by one)."""
     n = len(bodies)
     short = np.flatnonzero(np.fromiter(map(len, bodies), dtype=np.int64, count=n) <= _LONGEST)
     parts: list[Part] = []

@@ -1,5 +1,7 @@
-"""``{"schema": ..., "payload": ...}``: the enriched envelope with ``enriched_properties=schema``,
-and Debezium's JSON converter with schemas on (PostgreSQL, TiCDC).
+"""``{"schema": ..., "payload": ...}``: the enriched and Debezium envelopes with their schema.
+
+That is the enriched envelope with ``enriched_properties=schema``, and Debezium's JSON converter
+with schemas on (PostgreSQL, TiCDC).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``envelope=wrapped`` (the default): ``after``, with ``key``, ``topic``, ``before`` (``diff``),
-``updated`` and ``mvcc_timestamp`` as the changefeed's options add them.
+"""``envelope=wrapped`` (the default): ``after``, with the fields the changefeed's options add.
+
+Those are ``key``, ``topic``, ``before`` (``diff``), ``updated`` and ``mvcc_timestamp``.
 
 The fast path takes CockroachDB's canonical Pub/Sub v2 wrapped bodies:
 ``{"Key":[...],"Value":{"after": {...}, "updated": "..."},"Topic":"t"}``, and those of the sink before
@@ -156,8 +157,9 @@ def _present(values: Sequence[Any]) -> np.ndarray:
 def _before_column(
     raws: Sequence[Raw | bytes | UnsetType], m: int
 ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
-    """The ``before`` images of canonical wrapped bodies: (column, null mask, which bodies had
-    the field at all, which are not canonical).
+    """Build the ``before`` images of canonical wrapped bodies.
+
+    Returns (column, null mask, which bodies had the field at all, which are not canonical).
     """
     bad = np.zeros(m, dtype=bool)
     _, before_present = _optional_lengths(raws, 0)
@@ -194,7 +196,7 @@ def _wrapped_columns(
     had_before: np.ndarray,
     hlc: dict[str, pa.Array],
 ) -> dict[str, pa.Array]:
-    """The output columns of ``m`` canonical wrapped bodies, from their proven raw columns."""
+    """Build the output columns of ``m`` canonical wrapped bodies, from their proven raw columns."""
     # op: after null -> d; with before: before null -> c else u; an upsert without before -> u.
     op_code = np.where(after_null, 2, np.where(had_before & before_null, 0, 1)).astype(np.int8)
     op = pa.array(["c", "u", "d"], pa.string()).take(pa.array(op_code))
