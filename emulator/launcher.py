@@ -317,21 +317,30 @@ def _stop_all_at_exit() -> None:
 class Emulator:
     """A running (or borrowed) Pub/Sub emulator.
 
-    Attributes
-    ----------
-        host_port: ``"host:port"`` for clients (``PUBSUB_EMULATOR_HOST`` value, ``api_endpoint``).
-        backend: ``"env"``, ``"sdk"`` or ``"docker"``.
-        project: the project id the readiness probe used.
-        pid: process id we launched (sdk backend; also its process-group id), else ``None``. It is
-            the JVM itself when the script is run directly, ``gcloud`` when run through gcloud.
-        pgid: process group that :meth:`stop` terminates (sdk backend), else ``None``.
-        container_id: Docker container id (docker backend), else ``None``.
-        startup_seconds: wall time from launch to the first successful gRPC call.
-        log_path: the emulator's log file (sdk backend), else ``None``.
-        detached: started to outlive this process (CLI ``start``): no watchdog, no atexit stop.
-
     :meth:`stop` is idempotent; for ``backend == "env"`` it does nothing (we did not start it).
     Usable as a context manager that stops on exit.
+
+    Attributes
+    ----------
+    host_port : str
+        ``"host:port"`` for clients (``PUBSUB_EMULATOR_HOST`` value, ``api_endpoint``).
+    backend : str
+        ``"env"``, ``"sdk"`` or ``"docker"``.
+    project : str
+        The project id the readiness probe used.
+    pid : int or None
+        Process id we launched (sdk backend; also its process-group id), else ``None``. It is the
+        JVM itself when the script is run directly, ``gcloud`` when run through gcloud.
+    pgid : int or None
+        Process group that :meth:`stop` terminates (sdk backend), else ``None``.
+    container_id : str or None
+        Docker container id (docker backend), else ``None``.
+    startup_seconds : float
+        Wall time from launch to the first successful gRPC call.
+    log_path : str or None
+        The emulator's log file (sdk backend), else ``None``.
+    detached : bool
+        Started to outlive this process (CLI ``start``): no watchdog, no atexit stop.
     """
 
     host_port: str
@@ -641,26 +650,36 @@ def start_emulator(
 ) -> Emulator:
     """Start (or borrow) a Pub/Sub emulator and return once it answers gRPC calls.
 
-    Args:
-        port: fixed loopback port (sdk) or host port (docker); ``None`` picks a free one.
-            Ignored by the ``env`` backend.
-        backend: ``"auto"`` (see module docstring), ``"env"``, ``"sdk"`` or ``"docker"``.
-            With ``"auto"``, ``CRDB_PUBSUB_EMULATOR_BACKEND`` may force one.
-        project: project id used for the readiness probe (the emulator accepts any).
-        timeout: overall seconds allowed for startup, including the readiness probe.
-        log_path: where the sdk emulator logs (kept after stop); default a temp file removed on stop.
+    Parameters
+    ----------
+    port : int, optional
+        Fixed loopback port (sdk) or host port (docker); ``None`` picks a free one. Ignored by the
+        ``env`` backend.
+    backend : str
+        ``"auto"`` (see module docstring), ``"env"``, ``"sdk"`` or ``"docker"``. With ``"auto"``,
+        ``CRDB_PUBSUB_EMULATOR_BACKEND`` may force one.
+    project : str
+        Project id used for the readiness probe (the emulator accepts any).
+    timeout : float
+        Overall seconds allowed for startup, including the readiness probe.
+    log_path : str or os.PathLike, optional
+        Where the sdk emulator logs (kept after stop); default a temp file removed on stop.
 
     Returns
     -------
+    Emulator
         A running :class:`Emulator`; the caller must :meth:`Emulator.stop` it (or use ``with``).
         An atexit hook, a watchdog process and (Linux) PR_SET_PDEATHSIG stop it if the caller can't.
         Nothing global is modified: ``PUBSUB_EMULATOR_HOST`` is not set for you.
 
     Raises
     ------
-        EmulatorUnavailable: no backend (or not the forced one) is installed/reachable.
-        EmulatorStartError: a backend was found but did not become ready within ``timeout``.
-        ValueError: invalid ``backend`` or ``port``.
+    EmulatorUnavailable
+        No backend (or not the forced one) is installed/reachable.
+    EmulatorStartError
+        A backend was found but did not become ready within ``timeout``.
+    ValueError
+        Invalid ``backend`` or ``port``.
     """
     if port is not None and not (1 <= int(port) <= 65535):
         raise ValueError(f"port must be in 1..65535, got {port}")
