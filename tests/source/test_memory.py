@@ -13,6 +13,9 @@ from spark_calls import Logs, SparkCalls
 from .conftest import until
 
 SUB = "projects/p/subscriptions/memory"
+# Proxy memory pools outlive their tests: buffers allocated from one (a planned batch the reader
+# holds) are freed later, when the reader is collected, and freeing into a destroyed pool crashes.
+_POOLS: list = []
 # The driver-side source's own allocations. The harness also runs the executors' decode in this
 # process; its caches and last output arrays are executor memory, not what the driver keeps per id.
 SOURCE = "*/connector/source/*"
@@ -103,6 +106,7 @@ def test_planning_a_batch_does_not_copy_it_several_times(fake, make_reader):
         step=lambda: time.sleep(0.1),
     )
     pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    _POOLS.append(pool)
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pool)
     tracemalloc.start()
