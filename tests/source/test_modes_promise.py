@@ -289,7 +289,7 @@ def test_available_now_reads_an_ordered_subscription_completely(fake, make_reade
     fake.create_subscription(SUB, ack_deadline=DEADLINE, ordered=True)
     ids, order = [], {}
     for key in range(10):
-        got = fake.publish(SUB, [body(key * 1000 + i) for i in range(40)], ordering_key=f"k{key}")
+        got = fake.publish(SUB, [body(key * 1000 + i) for i in range(10)], ordering_key=f"k{key}")
         ids += got
         order.update({m: (key, i) for i, m in enumerate(got)})
     sink = Sink(fake)

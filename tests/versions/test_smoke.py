@@ -1,7 +1,8 @@
 """What must hold on every Spark version the README claims (4.0, 4.1, 4.2, 4.3), end to end on
 the emulator: an AvailableNow drain, a failing sink then a restart, a SIGKILL then a restart; the
-drain and the SIGKILL with either receiver (``receiver=executors`` plans and commits through the
-same offset calls, so Spark's call order matters to it the same way).
+SIGKILL with either receiver (``receiver=executors`` plans and commits through the same offset
+calls, so Spark's call order matters to it the same way; its SIGKILL case starts the query,
+restarts it and drains the rest with AvailableNow, so a separate executors drain adds only time).
 
 On Spark 4.0/4.1 Trigger.AvailableNow runs as a single batch and Spark tells the source of that
 batch's commit only at the next run's first call, so the drain is two runs there: the second
@@ -110,8 +111,8 @@ def _drain(host: str, sub: str, tmp: Path, receiver: str = "driver") -> None:
 RECEIVERS = ["driver", "executors"]
 
 
-@pytest.mark.parametrize("receiver", RECEIVERS)
-def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path, receiver):
+def test_available_now_drain(emulator_host, make_subscription, publish, tmp_path):
+    receiver = "driver"
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
     ids = publish(topic, [body(i) for i in range(2000)])
     _drain(emulator_host, sub, tmp_path, receiver)
@@ -186,7 +187,7 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
 @pytest.mark.parametrize("receiver", RECEIVERS)
 def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, publish, tmp_path, receiver):
     topic, sub = make_subscription(ack_deadline_seconds=ACK_DEADLINE)
-    ids = publish(topic, [body(i) for i in range(3000)])
+    ids = publish(topic, [body(i) for i in range(2000)])
     first = _run_job(emulator_host, sub, tmp_path, available_now=False, max_per_trigger=250, receiver=receiver)
     commits = tmp_path / "chk" / "commits"
 
@@ -195,9 +196,9 @@ def test_sigkill_then_restart_with_state_dir(emulator_host, make_subscription, p
 
     try:
         end = time.monotonic() + 180
-        while committed() < 2:
+        while committed() < 1:  # killed with a batch committed and the next one planned or pulling
             assert first.poll() is None, first.stdout.read()
-            assert time.monotonic() < end, "the job never committed two batches"
+            assert time.monotonic() < end, "the job never committed a batch"
             time.sleep(0.1)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
