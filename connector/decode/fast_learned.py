@@ -483,7 +483,9 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
 PLAIN_STRING = r'^"[^"\\]*"$'
 _INT_ANY = r"^-?[0-9]+$"  # what the general path's _int_field reads as an integer
 _INT_SAFE = r"^(?:-?[0-9]{1,18}|[1-8][0-9]{18})$"  # ... and what surely fits an int64
-NULL_STR = pa.scalar(None, pa.string())
+# Not pa.scalar(None, ...): pyarrow's first conversion of Python values imports pandas (0.3-0.5 s), and
+# the families are imported wherever the envelope names are needed, Spark's driver-side runner too.
+NULL_STR = pa.nulls(1, pa.string())[0]
 
 
 class Col:

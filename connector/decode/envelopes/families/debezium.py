@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...columns import OBJ_START
+from ...columns import OBJ_START, raw_column
 from ...fast_learned import (
     COMPACT,
     COMPACT_SCHEMA,
@@ -156,7 +156,8 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 
 _FAST_KEYS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
 _READS = frozenset(("before", "after", "source", "op", "ts_ms"))  # ts_us, ts_ns and transaction: not read
-_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"', '"t"'])
+# Not pa.array, which imports pandas (see fast_learned.NULL_STR).
+_OP_TEXT = raw_column([b'"c"', b'"u"', b'"d"', b'"r"', b'"t"'])[0]
 
 
 def _accept(keys: tuple[str, ...]) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...columns import ARR_START, OBJ_START, table_names
+from ...columns import ARR_START, OBJ_START, raw_column, table_names
 from ...fast_learned import (
     CRDB_STYLE,
     NULL_STR,
@@ -105,7 +105,8 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 # -- the fast path -----------------------------------------------------------------------------------
 
 _FAST_KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns"))
-_OP_TEXT = pa.array(['"c"', '"u"', '"d"', '"r"'])
+# Not pa.array, which imports pandas (see fast_learned.NULL_STR).
+_OP_TEXT = raw_column([b'"c"', b'"u"', b'"d"', b'"r"'])[0]
 _KEY_SCHEMA = {"payload", "schema"}
 _SCHEMA_NAME = "cockroachdb.envelope"
 
