@@ -65,6 +65,7 @@ class DriverMode:
         self._sealed: dict[int, SealedBatch] = {}
         self._recovered: dict[int, tuple[pa.Table, list[Chunk]]] = {}
         self._cutoff: tuple[int, float] | None = None  # AvailableNow: (cutoff us, monotonic start)
+        self._planned = False  # whether this process planned a batch yet
 
     @property
     def receiver(self) -> Receiver:
@@ -143,7 +144,7 @@ class DriverMode:
             )
         since = time.monotonic()
         cutoff = int(time.time() * 1_000_000)
-        want = limits.max_messages or receiver.flow.max_messages
+        want = self._batch_limits(limits).max_messages or receiver.flow.max_messages
 
         def ready() -> bool:
             return (
@@ -180,9 +181,11 @@ class DriverMode:
         return not receiver.has_buffered()
 
     def plan(self, batch_id: int, limits: Limits, ensure_run: Callable[[], None]) -> bool:
+        limits = self._batch_limits(limits)
         chunks = self.receiver.take(limits.max_messages, limits.max_bytes)
         if not chunks:
             return False
+        self._planned = True
         ensure_run()
         table = pa.Table.from_batches([c.batch for c in chunks], schema=wire.MESSAGE_SCHEMA)
         if self._ledger is not None:
@@ -241,6 +244,23 @@ class DriverMode:
         receiver.shutdown(hand_back=True, within=within)
 
     # ---------------------------------------------------------------- internals
+
+    def _batch_limits(self, limits: Limits) -> Limits:
+        """Return the limits of the next batch: at most half of what flow control lets the receiver hold.
+
+        Flow control counts a batch's messages until Spark commits it, so a batch that took the
+        whole window would stop pulling while Spark runs it, and the next batch would be the
+        little that came in between; half leaves room to pull the next batch meanwhile. Except
+        the first batch of a process that is not a Trigger.AvailableNow run on Spark 4.2+: it may
+        be its run's only batch (Trigger.Once, AvailableNow on 4.0/4.1) and reads the whole window.
+        """
+        if not self._planned and self._cutoff is None:
+            return limits
+        flow = self.receiver.flow
+        half_messages, half_bytes = max(1, flow.max_messages // 2), max(1, flow.max_bytes // 2)
+        return Limits(
+            min(limits.max_messages or half_messages, half_messages), min(limits.max_bytes or half_bytes, half_bytes)
+        )
 
     def _payloads(self, table: pa.Table) -> list[pa.Buffer]:
         return [wire.to_ipc(table.slice(o, n)) for o, n in wire.slices(table.num_rows, self._opts.numPartitions)]
