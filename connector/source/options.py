@@ -141,7 +141,9 @@ class SourceOptions(BaseModel):
         le=10_000,
         description="Spark partitions (executor tasks) per micro-batch; with "
         "`receiver=executors`, the parallel pullers (set it to the executors' cores)",
-        json_schema_extra={"shown_default": "1 per 20,000 messages, up to 8; executors: 2, or 1 per subscription"},
+        json_schema_extra={
+            "shown_default": "1 per 50,000 messages or 32 MiB, up to 8; executors: 2, or 1 per subscription"
+        },
     )
     maxOutstandingMessages: int = Field(
         # Spark's cost per micro-batch (~0.4 s of checkpoint writes, planning and task launch on

@@ -73,3 +73,20 @@ def test_body_lengths_read_from_offsets_match_pyarrow():
     batch = messages_batch([b"a" * n for n in (5, 50, 7)], ["1", "2", "3"], [1, 2, 3], [None] * 3, [None] * 3)
     assert largest_body(batch) == 50 and largest_body(batch.slice(2)) == 7 and largest_body(batch.slice(3)) == 0
     assert sizes_of(batch.slice(1)) == (57, 50) and sizes_of(batch.slice(0, 0)) == (0, 0)
+
+
+def test_a_batch_is_cut_into_partitions_by_messages_and_by_bytes():
+    from crdb_pubsub.source.wire import BYTES_PER_PART, MAX_PARTS, MESSAGES_PER_PART, slices
+
+    def lengths(cut):
+        assert [o for o, _ in cut] == [sum(n for _, n in cut[:i]) for i in range(len(cut))]  # contiguous
+        return [n for _, n in cut]
+
+    assert lengths(slices(100, None, 100 * 400)) == [100]
+    assert lengths(slices(2 * MESSAGES_PER_PART, None, 0)) == [MESSAGES_PER_PART] * 2
+    assert lengths(slices(2 * MESSAGES_PER_PART + 1, None, 0)) == [33_334, 33_334, 33_333]
+    # Large bodies: the byte bound makes more partitions than the count would.
+    assert lengths(slices(1000, None, 3 * BYTES_PER_PART)) == [334, 333, 333]
+    assert len(slices(10**7, None, 10**12)) == MAX_PARTS
+    assert lengths(slices(10, 4, 0)) == [3, 3, 2, 2]  # numPartitions wins
+    assert lengths(slices(2, 4, 0)) == [1, 1] and slices(0, None, 0) == []

@@ -263,7 +263,10 @@ class DriverMode:
         )
 
     def _payloads(self, table: pa.Table) -> list[pa.Buffer]:
-        return [wire.to_ipc(table.slice(o, n)) for o, n in wire.slices(table.num_rows, self._opts.numPartitions)]
+        nbytes = int(wire.body_lengths(table.column("data")).sum())
+        return [
+            wire.to_ipc(table.slice(o, n)) for o, n in wire.slices(table.num_rows, self._opts.numPartitions, nbytes)
+        ]
 
     def _replay(self, batch_id: int) -> SealedBatch | None:
         recovered = self._recovered.pop(batch_id, None)
