@@ -96,6 +96,9 @@ class Receiver:
         self._cond = threading.Condition()
         self._held: dict[str, dict[str, Chunk]] = {s: {} for s in self._subs}
         self._buffer: deque[Chunk] = deque()
+        # Messages in the buffer, kept as it changes: the mode's wait predicates read it at every
+        # Pull answered, with the lock held (summing the buffer there was quadratic in a backlog).
+        self._buffered = 0
         self._later: list[Chunk] = []
         self._live: set[Chunk] = set()  # every chunk held (not done)
         # Drain evidence: the newest answer of each puller (subscription, slot), as (monotonic time
@@ -289,6 +292,7 @@ class Receiver:
                         self._later.append(c)
                     else:
                         self._buffer.append(c)
+                        self._buffered += len(c)
             self._live.update(new)
             # Every message counts, new or a redelivery: an answer made of redeliveries says
             # nothing about what else the subscription still holds.
@@ -395,6 +399,7 @@ class Receiver:
                     self._split_head(c, n)
                     continue
                 self._buffer.popleft()
+                self._buffered -= len(c)
                 c.state = SEALED
                 out.append(c)
                 count += len(c)
@@ -495,6 +500,7 @@ class Receiver:
             for c in chunks:
                 c.state = BUFFERED
                 self._buffer.append(c)
+                self._buffered += len(c)
             self._cond.notify_all()
 
     def remember(self, sub: str, message_ids: Sequence[str], expires_in: float) -> None:
@@ -545,7 +551,7 @@ class Receiver:
         return not self._buffer and bool(self._later) and self.flow.full()
 
     def buffered_count_locked(self) -> int:
-        return sum(len(c) for c in self._buffer)
+        return self._buffered
 
     def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` (evaluated with the lock held), an error, or ``timeout``."""

@@ -60,10 +60,10 @@ def _chunk(sizes: list[int], start: int = 0) -> Chunk:
 def _receiver_with(chunks: list[Chunk]) -> Receiver:
     r = Receiver(Rpc(object()), ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
     for c in chunks:
-        r._buffer.append(c)
         r._live.add(c)
         for m in c.message_ids:
             r._held["s"][m] = c
+    r.requeue(chunks)
     return r
 
 
@@ -74,6 +74,26 @@ def test_take_splits_chunks_at_the_count_and_byte_limits():
     got = r.take(max_bytes=250)
     assert [m for c in got for m in c.message_ids] == ["15", "16"]
     assert r._held["s"]["17"].message_ids[0] == "17"  # the rest is held by the new chunk
+
+
+def test_the_buffered_count_follows_what_comes_and_goes():
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    r = _receiver_with([_chunk([100] * 10), _chunk([100] * 10, start=10)])
+
+    def counted() -> int:
+        assert r.buffered_count_locked() == sum(len(c) for c in r._buffer)
+        return r.buffered_count_locked()
+
+    assert counted() == 20
+    taken = r.take(max_messages=15)  # splits the second chunk
+    assert counted() == 5
+    r.accept("s", _response([{"ack_id": f"x{i}", "message_id": f"x{i}"} for i in range(3)]), Reservation(3, 0))
+    assert counted() == 8
+    r.requeue(taken)
+    assert counted() == 23
+    r.take()
+    assert counted() == 0
 
 
 def test_take_always_moves_at_least_one_message():
