@@ -396,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         _publish(host, xtopic, bodies[:warm_n])
         _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
         c, rows_c, batches_c, drv_c, exe_c = connector(spark, host, sub_c, len(bodies), ex_options, cpu)
+        spark_jvm_c = cpu.last_jvms[0]
         cpu.stop()
         spark.stop()
 
@@ -433,6 +434,16 @@ def main(argv: list[str] | None = None) -> int:
         f"    other CPU over the warm query: Spark JVM {spark_jvm:.2f} s, emulator {emulator_jvm:.2f} s "
         f"(wall {b:.2f} s on {os.cpu_count()} cores shared with whatever else runs)"
     )
+    per = {
+        "runner": (drv - warm_drv) / max(1, rows - warm_n) * 1e6,
+        "workers": exe / max(1, rows) * 1e6,
+        "JVM": spark_jvm / max(1, rows) * 1e6,
+    }
+    print(
+        "CPU per message over the warm query, by process kind: "
+        + " + ".join(f"{k} {v:.1f}" for k, v in per.items())
+        + f" = {sum(per.values()):.1f} us (the JVM's includes its JIT compiler and the query's start)"
+    )
     rate_c = rows_c / c
     print(
         f"(c) crdb_pubsub receiver=executors   : {c:7.2f} s  {rate_c:9,.0f} msg/s  ({rows_c:,} rows, {batches_c} batches, "
@@ -441,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
         f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
-        f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks)"
+        f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks); Spark JVM "
+        f"{spark_jvm_c / max(1, rows_c) * 1e6:.1f} us"
     )
     print(
         f"against (a'), the emulator's ceiling for any consumer that holds messages until a commit: (a')/(a) = "
