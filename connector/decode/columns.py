@@ -55,6 +55,28 @@ def raw_column(
     return arr, offsets, np.frombuffer(data, dtype=np.uint8)
 
 
+def spread(arr: pa.Array, at: np.ndarray, n: int) -> pa.Array:
+    """Return the string array ``arr`` placed at the increasing positions ``at`` of ``n`` rows, null elsewhere.
+
+    The result shares ``arr``'s data buffer: only offsets and validity are made, where a ``take``
+    would copy every value (the rows of a batch's other parts, few and null here, interleave).
+    """
+    m = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + m + 1]
+    out = np.zeros(n + 1, dtype=np.int32)
+    out[0] = offsets[0]
+    out[at + 1] = offsets[1:]
+    np.maximum.accumulate(out, out=out)  # a null row repeats the offset before it
+    valid = np.zeros(n, dtype=bool)
+    valid[at] = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else True
+    null_count = n - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    data = arr.buffers()[2]
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(out), data if data is not None else pa.py_buffer(b""), bitmap, null_count
+    )
+
+
 def const(value: str, n: int) -> pa.Array:
     width = len(value.encode())
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)

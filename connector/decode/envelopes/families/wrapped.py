@@ -114,17 +114,37 @@ _LEGACY_LESS = 1
 _LEGACY_LESS_OPTIONAL = 2
 
 
-def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
-    try:
-        return _FAST_DECODE(body)
-    except Exception:  # noqa: BLE001 - anything unusual is the general path's business
-        pass
+def _legacy_or_none(body: bytes) -> _FLegacy | None:
     if body.startswith(b'{"key":'):
         try:
             return _LEGACY_DECODE(body)
         except Exception:  # noqa: BLE001 - anything unusual is the general path's business
             pass
     return None
+
+
+def _parse(bodies: list[bytes]) -> tuple[list[_FWrap | _FLegacy | None], list[int], int]:
+    """Return each body decoded, the positions of those of neither layout (None), and how many are legacy.
+
+    One pass: a body that fails (a resolved message, another envelope) costs its own decode only.
+    """
+    parsed: list[_FWrap | _FLegacy | None] = []
+    append = parsed.append
+    rest = iter(bodies)
+    failed: list[int] = []
+    legacy = 0
+    while True:
+        try:
+            for body in rest:
+                append(_FAST_DECODE(body))
+            return parsed, failed, legacy
+        except Exception:  # noqa: BLE001 - anything unusual is the legacy layout's or the general path's
+            found = _legacy_or_none(body)
+            if found is None:
+                failed.append(len(parsed))
+            else:
+                legacy += 1
+            append(found)
 
 
 def _optional_lengths(
@@ -229,18 +249,15 @@ def _wrapped_columns(
 def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
     n = len(bodies)
-    legacy_count = 0
-    parsed: list[_FWrap | _FLegacy | None]  # (None: a body neither decodes; those are left out below)
-    try:
-        parsed = [_FAST_DECODE(b) for b in bodies]
-        idx = np.arange(n)
-    except Exception:  # noqa: BLE001 - one unusual body: sort them one by one
-        parsed = [_try_fast(b) for b in bodies]
-        keep = [p is not None for p in parsed]
-        idx = np.flatnonzero(np.array(keep, dtype=bool))
+    parsed, failed, legacy_count = _parse(bodies)
+    idx = np.arange(n)
+    if failed:
+        keep_mask = np.ones(n, dtype=bool)
+        keep_mask[failed] = False
+        idx = idx[keep_mask]
+        keep = keep_mask.tolist()
         parsed = list(itertools.compress(parsed, keep))
         bodies = list(itertools.compress(bodies, keep))
-        legacy_count = sum(map(isinstance, parsed, itertools.repeat(_FLegacy)))
     if not parsed:
         return idx, {}
 
