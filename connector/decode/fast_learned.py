@@ -34,10 +34,10 @@ from .columns import (
     const,
     first_bytes,
     hlc_micros_array,
+    hlc_ok,
     raw_column,
     utf8_bad,
 )
-from .hlc import HLC_TEXT
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
 Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
@@ -534,6 +534,12 @@ class Col:
             return np.ones(len(self.present), dtype=bool)
         return pc.fill_null(pc.match_substring_regex(self.arr, pattern), True).to_numpy(zero_copy_only=False)
 
+    def hlc(self) -> np.ndarray:
+        """Absent, or an HLC string (:data:`~.hlc.HLC_QUOTED`)."""
+        if not self.present.any():
+            return np.ones(len(self.present), dtype=bool)
+        return hlc_ok(self.arr, quoted=True)
+
     def starts(self, chars: bytes) -> np.ndarray:
         """Absent, or the first byte is one of ``chars``."""
         ok = ~self.present
@@ -637,7 +643,7 @@ def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     commit = pa.nulls(m, pa.timestamp("us", tz="UTC"))
     for arr in (mvcc, updated):
         if arr.null_count < m:
-            valid = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
+            valid = pa.array(hlc_ok(arr))
             micros = hlc_micros_array(pc.if_else(valid, pc.fill_null(arr, "0.0000000000"), "0.0000000000"))
             commit = pc.if_else(pc.is_null(arr), commit, micros)
     return commit

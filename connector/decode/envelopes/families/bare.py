@@ -40,7 +40,6 @@ from ...fast_learned import (
     learn_keys,
     nested,
 )
-from ...hlc import HLC_QUOTED
 from ..common import (
     Bad,
     Context,
@@ -257,7 +256,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
                            _META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
     bad |= ~meta["key"].starts(b"[{n") | ~meta["topic"].starts(b'"')
-    bad |= ~meta["updated"].matches(HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(HLC_QUOTED)
+    bad |= ~meta["updated"].hlc() | ~meta["mvcc_timestamp"].hlc()
     bad |= g.utf8_bad(covered=[k for k in g.keys if k != "__crdb__"], arrays=[after])
     updated = meta["updated"].unquoted()
     mvcc = meta["mvcc_timestamp"].unquoted()

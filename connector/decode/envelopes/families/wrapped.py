@@ -34,11 +34,11 @@ from ...columns import (
     const,
     first_bytes,
     hlc_micros_array,
+    hlc_ok,
     raw_column,
     table_names,
     utf8_bad,
 )
-from ...hlc import HLC_TEXT
 from ..common import Context, Row, fill_images_and_meta, op_from_images, table_from_topic, with_commit_time
 from ..registry import BatchFast, Family, Part
 
@@ -150,7 +150,7 @@ def _parse(bodies: list[bytes]) -> tuple[list[_FWrap | _FLegacy | None], list[in
 def _optional_lengths(
     values: Sequence[Raw | bytes | str | UnsetType], fixed: int
 ) -> tuple[np.ndarray | int, np.ndarray | None]:
-    """(length contribution, presence mask or None when all present/all absent) of an optional field."""
+    """(length contribution, presence mask: None when all are present) of an optional field."""
     n = len(values)
     absent = values.count(UNSET)
     if absent == n:
@@ -175,33 +175,33 @@ def _present(values: Sequence[Any]) -> np.ndarray:
 
 
 def _before_column(
-    raws: Sequence[Raw | bytes | UnsetType], m: int
+    raws: Sequence[Raw | bytes | UnsetType], m: int, present: np.ndarray | None, lengths: np.ndarray | None
 ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
     """Build the ``before`` images of canonical wrapped bodies.
 
-    Returns (column, null mask, which bodies had the field at all, which are not canonical).
+    ``present``: which bodies have the field (None: all); ``lengths``: the images' lengths, when
+    known. Returns (column, null mask, which bodies had the field at all, which are not canonical).
     """
     bad = np.zeros(m, dtype=bool)
-    _, before_present = _optional_lengths(raws, 0)
-    before_all = before_present is None
-    if not (before_present is None or before_present.any()):
+    if present is not None and not present.any():
         return pa.nulls(m, pa.string()), np.ones(m, dtype=bool), np.zeros(m, dtype=bool), bad
-    if not before_all:
+    if present is not None:
         raws = [b if b is not UNSET else b"null" for b in raws]
-    before_arr, before_off, before_data = raw_column(raws)
+        lengths = None
+    before_arr, before_off, before_data = raw_column(raws, lengths=lengths)
     before_first = first_bytes(before_off, before_data)
     before_null = before_first == NULL_START
     bad |= ~((before_first == OBJ_START) | before_null)
     utf8 = utf8_bad(before_arr, raws)
     if utf8 is not None:
         bad |= utf8
-    if before_present is not None:
-        before_null |= ~before_present
+    if present is not None:
+        before_null |= ~present
     before_arr = pa.StringArray.from_buffers(
         m, before_arr.buffers()[1], before_arr.buffers()[2],
         pa.py_buffer(np.packbits(~before_null, bitorder="little")),
     )  # fmt: skip
-    had_before = np.ones(m, dtype=bool) if before_present is None else before_present
+    had_before = np.ones(m, dtype=bool) if present is None else present
     return before_arr, before_null, had_before, bad
 
 
@@ -225,9 +225,12 @@ def _wrapped_columns(
     )
     topic = pa.array(topics, pa.string())
     table_name = table_names(topic, table_from_topic)
-    commit = hlc_micros_array(pc.fill_null(hlc["updated"], "0.0000000000"))
-    commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
-    if hlc["mvcc_timestamp"].null_count < m:
+    if not hlc["updated"].null_count:
+        commit = hlc_micros_array(hlc["updated"])
+    else:
+        commit = hlc_micros_array(pc.fill_null(hlc["updated"], "0.0000000000"))
+        commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
+    if hlc["mvcc_timestamp"].null_count < m and hlc["updated"].null_count:
         mvcc_commit = hlc_micros_array(pc.fill_null(hlc["mvcc_timestamp"], "0.0000000000"))
         mvcc_commit = pc.if_else(pc.is_null(hlc["mvcc_timestamp"]), pa.scalar(None, commit.type), mvcc_commit)
         commit = pc.coalesce(commit, mvcc_commit)
@@ -274,8 +277,12 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(idx)
     lengths = {name: np.fromiter(map(len, cols[name]), dtype=np.int64, count=m) for name in ("key", "topic", "after")}
     expected = lengths["key"] + lengths["topic"] + lengths["after"] + (_WRAP_FIXED + _VALUE_FIXED)
+    present: dict[str, np.ndarray | None] = {}  # which bodies have each optional field (None: all)
     for name, fixed in _OPTIONAL_FIXED.items():
-        expected += _optional_lengths(cols[name], fixed)[0]
+        contribution, present[name] = _optional_lengths(cols[name], fixed)
+        expected += contribution
+        if name == "before" and present[name] is None:
+            lengths["before"] = np.asarray(contribution) - fixed  # (raw_column needs them again)
     if legacy_count:
         is_legacy = np.fromiter(map(isinstance, parsed, itertools.repeat(_FLegacy)), dtype=bool, count=m)
         less = np.full(m, _LEGACY_LESS, dtype=np.int64)
@@ -291,6 +298,7 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             idx = idx[good]
             cols = {k: list(itertools.compress(v, keep_list)) for k, v in cols.items()}
             lengths = {k: v[good] for k, v in lengths.items()}
+            present = {k: None if v is None else v[good] for k, v in present.items()}
             m = len(idx)
         if m == 0:
             return idx, {}
@@ -305,18 +313,18 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             utf8 = utf8_bad(arr, raws)
             if utf8 is not None:
                 bad |= utf8
-        before_arr, before_null, had_before, before_bad = _before_column(cols["before"], m)
+        before_arr, before_null, had_before, before_bad = _before_column(
+            cols["before"], m, present["before"], lengths.get("before")
+        )
         bad |= before_bad
         hlc: dict[str, pa.Array] = {}
         for name in ("updated", "mvcc_timestamp"):
-            vals = cols[name]
-            absent = vals.count(UNSET)
-            if absent == m:
+            vals, mask = cols[name], present[name]
+            if mask is not None and not mask.any():
                 hlc[name] = pa.nulls(m, pa.string())
                 continue
-            arr = pa.array(vals if absent == 0 else [None if v is UNSET else v for v in vals], pa.string())
-            ok = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
-            bad |= ~ok.to_numpy(zero_copy_only=False)
+            arr = pa.array(vals if mask is None else [None if v is UNSET else v for v in vals], pa.string())
+            bad |= ~hlc_ok(arr)
             hlc[name] = arr
         if not bad.any():
             break
