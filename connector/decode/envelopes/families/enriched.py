@@ -15,7 +15,6 @@ from ...columns import ARR_START, OBJ_START, raw_column, table_names
 from ...fast_learned import (
     CRDB_STYLE,
     NULL_STR,
-    PLAIN_STRING,
     V2_CRDB,
     V2_SCHEMA,
     LearnedFast,
@@ -159,7 +158,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
     bad |= src_obj & ~origin_ok
-    bad |= ~sf["table_name"].matches(PLAIN_STRING) | ~sf["ts_hlc"].hlc()
+    bad |= ~sf["table_name"].plain_string() | ~sf["ts_hlc"].hlc()
     bad |= ~sf["mvcc_timestamp"].hlc()
     src_ns, src_ns_has, _ = sf["ts_ns"].ints()
     bad |= sf["ts_ns"].present & ~src_ns_has
