@@ -918,10 +918,10 @@ def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
     of their own; the rest share one.
     """
     n = len(bodies)
-    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
-    first = tails[0] if tails else b""
-    if tails.count(first) == n:
+    first = bodies[0][bodies[0].rfind(_TOPIC_AT) :] if n else b""
+    if sum(map(bytes.endswith, bodies, itertools.repeat(first))) == n:  # one topic: no tail cut out
         return [np.arange(n)]
+    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
     number = {tail: i for i, tail in enumerate(dict.fromkeys(tails))}
     codes = np.fromiter(map(number.__getitem__, tails), dtype=np.int64, count=n)
     counts = np.bincount(codes)
