@@ -68,6 +68,7 @@ _MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: o
 _GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 _REBUILD_BYTES = 256  # mean bytes a value above which a spaced layout is proven by its rebuild
+AT_ONCE = 512  # mean bytes a text below which a batch's texts are encoded (or formatted) in one call
 
 
 class _Layout:
@@ -356,10 +357,17 @@ def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int | Non
         total, spaces = stats[0], stats[1]
     else:
         total, spaces = sum(map(len, raws)), _spaces(raws)
-    both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
-    if total - spaces == len(both) - (m + 1) - int(np.count_nonzero(np.frombuffer(both, dtype=np.uint8) == _SPACE)):
-        return np.ones(m, dtype=bool)
-    return _spaceless_len(raws) == _spaceless_len(list(map(ENCODE, parsed)))
+    if total < AT_ONCE * m:
+        both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
+        nonspace = len(both) - (m + 1) - int(np.count_nonzero(np.frombuffer(both, dtype=np.uint8) == _SPACE))
+        if total - spaces == nonspace:
+            return np.ones(m, dtype=bool)
+        encoded = list(map(ENCODE, parsed))
+    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
+        encoded = list(map(ENCODE, parsed))
+        if total - spaces == sum(map(len, encoded)) - sum(map(_COUNT_SPACES, encoded)):
+            return np.ones(m, dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(encoded)
 
 
 def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
@@ -370,11 +378,16 @@ def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> 
     escaped and there is no whitespace at all: one length per message, no byte counted.
     """
     m = len(raws)
-    want = len(ENCODE(parsed)) - (m + 1)  # one call: "[" e1 "," e2 ... "]"
-    if want == (total if total is not None else sum(map(len, raws))):
-        return np.ones(m, dtype=bool)
-    have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
-    return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+    total = total if total is not None else sum(map(len, raws))
+    if total < AT_ONCE * m:
+        if len(ENCODE(parsed)) - (m + 1) == total:  # one call: "[" e1 "," e2 ... "]"
+            return np.ones(m, dtype=bool)
+        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
+        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+        if int(encoded.sum()) == total:
+            return np.ones(m, dtype=bool)
+    return np.fromiter(map(len, raws), dtype=np.int64, count=m) == encoded
 
 
 Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"

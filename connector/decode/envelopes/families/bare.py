@@ -29,6 +29,7 @@ from ...columns import (
     table_names,
 )
 from ...fast_learned import (
+    AT_ONCE,
     CRDB_STYLE,
     ENCODE,
     SIMPLE_KEY,
@@ -110,7 +111,6 @@ _BARE_HEAD = b'{"__crdb__": '
 
 # (a partial: no Python frame per body)
 _format_spaced = cast("Callable[[Any], bytes]", functools.partial(msgspec.json.format, indent=0))
-_AT_ONCE = 512  # mean bytes a value below which a batch's values are formatted (and encoded) in one call
 
 
 def _same_text(raw: Raw, text: bytes) -> bool:
@@ -183,7 +183,7 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     # (one huge output, grown by reallocation, costs more than the calls): one by one.
     if int(v_len.sum()) + 2 * m > OFFSET_LIMIT:
         return None
-    if int(v_len.sum()) < _AT_ONCE * m:
+    if int(v_len.sum()) < AT_ONCE * m:
         joined = b", ".join(values)
         text = bytearray(len(joined) + 2)  # (mutable: the rows are cut from it below)
         text[0], text[1:-1], text[-1] = ord("["), joined, ord("]")
