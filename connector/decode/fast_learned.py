@@ -68,6 +68,7 @@ _MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: o
 _GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 _REBUILD_BYTES = 256  # mean bytes a value above which a spaced layout is proven by its rebuild
+_SLICE_BYTES = 1 << 21  # bytes of bodies a rebuild compares at a time
 AT_ONCE = 512  # mean bytes a text below which a batch's texts are encoded (or formatted) in one call
 
 
@@ -181,14 +182,24 @@ def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts],
                 end,
             )
         return ok
-    rebuilt = interleave(prefixes, columns, end, m)
-    actual = b"".join(raws)
-    if rebuilt == actual:
+    # In slices of about _SLICE_BYTES: two temporaries of the whole batch would be fresh memory
+    # each time (~2.4 us a 4 KB page here); slices this size reuse the same.
+    if not m:
         return ok
-    diff = np.frombuffer(rebuilt, dtype=np.uint8) != np.frombuffer(actual, dtype=np.uint8)
-    starts = np.zeros(m, dtype=np.int64)
-    np.cumsum(have[:-1], out=starts[1:])
-    return np.add.reduceat(diff, starts) == 0
+    ends = np.cumsum(have)
+    cuts = [0, *np.searchsorted(ends, np.arange(_SLICE_BYTES, int(ends[-1]), _SLICE_BYTES), side="right").tolist(), m]
+    for a, b in itertools.pairwise(cuts):
+        if a >= b:
+            continue
+        rebuilt = interleave(prefixes, [c[a:b] for c in columns], end, b - a)
+        actual = b"".join(raws[a:b])
+        if rebuilt == actual:
+            continue
+        diff = np.frombuffer(rebuilt, dtype=np.uint8) != np.frombuffer(actual, dtype=np.uint8)
+        starts = np.zeros(b - a, dtype=np.int64)
+        np.cumsum(have[a : b - 1], out=starts[1:])
+        ok[a:b] = np.add.reduceat(diff, starts) == 0
+    return ok
 
 
 _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode

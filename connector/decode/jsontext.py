@@ -71,11 +71,15 @@ class Texts:
         m = len(self.lengths)
         starts, ends = self.offsets[:-1], self.offsets[1:]
         escapes = np.flatnonzero(self.data == _BACKSLASH)
+        all_strings = bool(strings[valid].all())
+        owner = None
         if len(escapes):
             owner = np.searchsorted(self.offsets, escapes, side="right") - 1
-            escapes = escapes[strings[owner]]  # (backslashes in an object's strings stay as they are)
+            if not all_strings:
+                inside = strings[owner]  # (backslashes in an object's strings stay as they are)
+                escapes, owner = escapes[inside], owner[inside]
         unsure = np.zeros(m, dtype=bool)
-        if not len(escapes) and strings[valid].all():
+        if not len(escapes) and all_strings:
             # Plain strings only: each value is its text less the quotes.
             cut = pc.binary_slice(self.arr.view(pa.binary()), 1, -1)
             return _with_validity(cut, valid), unsure
@@ -84,13 +88,12 @@ class Texts:
         keep[ends[strings] - 1] = False
         dropped = 2 * strings.astype(np.int64)
         data = self.data
-        if len(escapes):
+        if owner is not None and len(escapes):
             data = self.data.copy()
-            escapes, u_dropped, bad_at = _unescape(self.data, data, keep, escapes)
+            taken, u_dropped, bad_at = _unescape(self.data, data, keep, escapes)
             if len(bad_at):
                 unsure[np.searchsorted(self.offsets, bad_at, side="right") - 1] = True
-            owners = np.searchsorted(self.offsets, escapes, side="right") - 1
-            dropped += np.bincount(owners, weights=u_dropped, minlength=m).astype(np.int64)
+            dropped += np.bincount(owner[taken], weights=u_dropped, minlength=m).astype(np.int64)
         new_offsets = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(self.lengths - dropped, out=new_offsets[1:])
         out = data[keep]
@@ -116,17 +119,18 @@ def _unescape(src: np.ndarray, out: np.ndarray, keep: np.ndarray,
     """Decode the escapes among ``backslashes`` (positions in ``src``) into ``out`` and ``keep``.
 
     Each escape's bytes are dropped from ``keep`` but for the bytes of what it stands for, written
-    to ``out``. Returns (the escapes' positions, the bytes each drops, positions of escapes that
-    did not read: never, for validated JSON).
+    to ``out``. Returns (which of ``backslashes`` start an escape, the bytes each drops, positions
+    of escapes that did not read: never, for validated JSON).
     """
     # An escape starts at the first backslash of each run of them, and at every other one after it.
     run_start = np.ones(len(backslashes), dtype=bool)
     run_start[1:] = backslashes[1:] != backslashes[:-1] + 1
     first = np.maximum.accumulate(np.where(run_start, backslashes, 0))
-    esc = backslashes[((backslashes - first) & 1) == 0]
+    taken = np.flatnonzero(((backslashes - first) & 1) == 0)
+    esc = backslashes[taken]
     last = len(src) - 1
     bad: list[np.ndarray] = [esc[esc >= last]]
-    esc = esc[esc < last]
+    taken, esc = taken[esc < last], esc[esc < last]
     kind = src[esc + 1]
     simple = esc[kind != _U]
     keep[simple] = False
@@ -168,7 +172,7 @@ def _unescape(src: np.ndarray, out: np.ndarray, keep: np.ndarray,
         u_drops = np.zeros(len(u), dtype=np.int64)
         u_drops[lead] = span - width
         drops[is_u] = u_drops
-    return esc, drops, np.concatenate(bad)
+    return taken, drops, np.concatenate(bad)
 
 
 def texts_of(values: Sequence, m: int) -> Texts | None:
