@@ -152,7 +152,11 @@ def _as_list(name: str, values: Any, n: int) -> list | pa.Array | None:
 
 def _bodies_list(bodies: Any) -> list[bytes]:
     if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
+        binary = pa.types.is_binary(bodies.type) or pa.types.is_large_binary(bodies.type)
+        no_nulls = not bodies.null_count
         bodies = bodies.to_pylist()
+        if binary and no_nulls:  # (the streaming source's bodies: bytes, each, no check needed)
+            return bodies
     out = bodies if isinstance(bodies, list) else list(bodies)
     if set(map(type, out)) <= {bytes}:
         return out
