@@ -568,8 +568,7 @@ def _typed_child(values: list, text: Any, field: Any, conv: Conv, arrow_type: An
         # parser refuses the same impossible dates as datetime (a column holding one goes value by
         # value), but takes year 0, which the regex leaves out; other forms go value by value.
         ok = checked(_TS_PATTERN)
-        src = pc.if_else(pa.array(ok & ~null), inner().view(pa.string()), pa.scalar(None, pa.string()))
-        src = pc.replace_substring_regex(src, "[Zz]$", "")
+        src = _with_validity(text.without_zone(), ok & ~null, pa, np)
         try:
             out = pc.cast(pc.cast(src, pa.timestamp("us")), arrow_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
