@@ -615,7 +615,6 @@ def _with_validity(arr: Any, valid: Any, pa: Any, np: Any) -> Any:
     return pa.StringArray.from_buffers(m, arr.buffers()[1], arr.buffers()[2], bitmap, null_count, arr.offset)
 
 
-_STR_LIST = msgspec.json.Decoder(list[str])
 _STR_LISTS = msgspec.json.Decoder(list[list[str | None] | None])
 _SPECIAL_TEXTS = ['"NaN"', '"Infinity"', '"-Infinity"']  # a DOUBLE's JSON strings (_SPECIAL_FLOATS)
 _YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"  # datetime has no year 0

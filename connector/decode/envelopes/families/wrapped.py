@@ -7,8 +7,9 @@ The fast path takes CockroachDB's canonical Pub/Sub v2 wrapped bodies:
 v25.2, compact and lowercase: ``{"key":[...],"value":{"after":{...}},"topic":"t"}``. Each body is decoded by
 msgspec into a Struct whose sub-objects stay ``msgspec.Raw``; the layout is then proven with
 arithmetic on whole columns (body length == sum of the parts + fixed punctuation, which also rules
-out duplicate or unknown keys and any whitespace variation), and the Arrow columns are built in bulk
-from the raw bytes. What it cannot prove is left to the general path.
+out duplicate or unknown keys and any whitespace variation; a value that also carries ``key`` or
+``topic``, rare, is rebuilt and compared instead), and the Arrow columns are built in bulk from the
+raw bytes. What it cannot prove is left to the general path.
 """
 
 from __future__ import annotations
