@@ -55,6 +55,28 @@ def raw_column(
     return arr, offsets, np.frombuffer(data, dtype=np.uint8)
 
 
+def spread(arr: pa.Array, at: np.ndarray, n: int) -> pa.Array:
+    """Return the string array ``arr`` placed at the increasing positions ``at`` of ``n`` rows, null elsewhere.
+
+    The result shares ``arr``'s data buffer: only offsets and validity are made, where a ``take``
+    would copy every value (the rows of a batch's other parts, few and null here, interleave).
+    """
+    m = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + m + 1]
+    out = np.zeros(n + 1, dtype=np.int32)
+    out[0] = offsets[0]
+    out[at + 1] = offsets[1:]
+    np.maximum.accumulate(out, out=out)  # a null row repeats the offset before it
+    valid = np.zeros(n, dtype=bool)
+    valid[at] = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else True
+    null_count = n - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    data = arr.buffers()[2]
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(out), data if data is not None else pa.py_buffer(b""), bitmap, null_count
+    )
+
+
 def const(value: str, n: int) -> pa.Array:
     width = len(value.encode())
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
@@ -62,10 +84,12 @@ def const(value: str, n: int) -> pa.Array:
 
 
 def first_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Return each value's first byte (0 for an empty value)."""
     starts = offsets[:-1]
-    out = np.zeros(len(starts), dtype=np.uint8)
-    nonempty = offsets[1:] > starts
-    out[nonempty] = data[starts[nonempty]]
+    if not len(data):
+        return np.zeros(len(starts), dtype=np.uint8)
+    out = data[np.minimum(starts, len(data) - 1)]
+    out[offsets[1:] == starts] = 0
     return out
 
 
@@ -95,6 +119,33 @@ def table_names(topic: pa.Array, name_of: Callable[[str | None], str | None]) ->
     encoded = pc.dictionary_encode(topic)
     tables = pa.array([name_of(t) for t in encoded.dictionary.to_pylist()], pa.string())
     return tables.take(encoded.indices)
+
+
+def hlc_ok(arr: pa.Array, quoted: bool = False) -> np.ndarray:
+    """Mask of the HLC strings of ``arr`` that match :data:`~.hlc.HLC_TEXT` (``HLC_QUOTED`` when ``quoted``); nulls pass.
+
+    One changefeed's HLCs are nearly always all of one length (a 19-digit wall time): then the
+    grammar is checked on the values side by side, one row of bytes each; else with the regex.
+    """
+    from .hlc import HLC_QUOTED, HLC_TEXT
+
+    m = len(arr)
+    q = int(quoted)
+    if m and not arr.null_count:
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + m + 1]
+        width = int(offsets[1] - offsets[0])
+        if 12 + 2 * q <= width <= 30 + 2 * q and bool((np.diff(offsets) == width).all()):
+            rows = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(m, width)
+            digits = (rows - ord("0")) < 10
+            dot = width - 11 - q
+            ok = digits[:, q:dot].all(axis=1) & (rows[:, dot] == ord(".")) & digits[:, dot + 1 : width - q].all(axis=1)
+            if quoted:
+                ok &= (rows[:, 0] == ord('"')) & (rows[:, -1] == ord('"'))
+            if dot - q == 19:  # a 19-digit wall time fits an int64 of nanoseconds below 9e18
+                ok &= (rows[:, q] >= ord("1")) & (rows[:, q] <= ord("8"))
+            return ok
+    matched = pc.match_substring_regex(arr, HLC_QUOTED if quoted else HLC_TEXT)
+    return pc.fill_null(matched, True).to_numpy(zero_copy_only=False)
 
 
 def hlc_micros_array(arr: pa.Array) -> pa.Array:

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import spread
 from .envelopes import Bad, Context, Row, decode_body, registry
 from .fast_learned import merged
 from .inference import schema_from_enriched
@@ -151,7 +152,11 @@ def _as_list(name: str, values: Any, n: int) -> list | pa.Array | None:
 
 def _bodies_list(bodies: Any) -> list[bytes]:
     if isinstance(bodies, (pa.Array, pa.ChunkedArray)):
+        binary = pa.types.is_binary(bodies.type) or pa.types.is_large_binary(bodies.type)
+        no_nulls = not bodies.null_count
         bodies = bodies.to_pylist()
+        if binary and no_nulls:  # (the streaming source's bodies: bytes, each, no check needed)
+            return bodies
     out = bodies if isinstance(bodies, list) else list(bodies)
     if set(map(type, out)) <= {bytes}:
         return out
@@ -212,7 +217,7 @@ def _table_name_attribute(
         if named.null_count == len(named):
             return table_name  # CockroachDB's default: no attributes
     else:
-        if not any(a and "TABLE_NAME" in a for a in attributes):
+        if not any(attributes) or not any(a and "TABLE_NAME" in a for a in attributes):
             return table_name
         named = pa.array([a.get("TABLE_NAME") if a else None for a in attributes], pa.string())
     if msg_taker is not None:
@@ -278,8 +283,10 @@ def _metadata(n: int, message_ids: Any, publish_times: Any, attributes: Any, ord
         )  # fmt: skip
     else:
         out["attributes"] = pa.array([None if a is None else list(a.items()) for a in attributes], map_type)
-    if ordering_keys is None:
-        out["ordering_key"] = pa.nulls(n, pa.string())
+    if ordering_keys is None or (
+        isinstance(ordering_keys, list) and ordering_keys.count("") + ordering_keys.count(None) == n
+    ):
+        out["ordering_key"] = pa.nulls(n, pa.string())  # (CockroachDB sets none: "" and None are both null)
     else:
         arr = (
             ordering_keys.cast(pa.string())
@@ -426,19 +433,36 @@ def _item(values: list | pa.Array | None, i: int) -> Any:
 def _assemble(parts: list, schema: pa.Schema) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Return the parts' columns as one set, rows in message order, and each row's message index."""
     row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    names = ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated", "mvcc_timestamp",
+             "commit_time", "resolved", "source", "error")  # fmt: skip
+    if len(parts) <= 1:
+        return row_msg, {name: parts[0][1][name] if parts else pa.array([], schema.field(name).type) for name in names}
+    # Rows come out in message order: the parts' rows are interleaved back with a stable sort.
+    order = np.argsort(row_msg, kind="stable")
+    total = len(order)
+    at = np.empty(total, dtype=np.int64)
+    at[order] = np.arange(total)  # where each row of the concatenated parts goes
+    bounds = np.cumsum([0] + [len(p[0]) for p in parts])
+    taker = None
     columns: dict[str, pa.Array] = {}
-    for name in ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated",
-                 "mvcc_timestamp", "commit_time", "resolved", "source", "error"):  # fmt: skip
-        field_type = schema.field(name).type
+    for name in names:
         chunks = [p[1][name] for p in parts]
-        columns[name] = pa.concat_arrays(chunks) if chunks else pa.array([], field_type)
-    # Rows come out in message order: the two paths' rows are interleaved back with a stable sort.
-    if len(parts) > 1:
-        order = np.argsort(row_msg, kind="stable")
-        row_msg = row_msg[order]
-        taker = pa.array(order)
-        columns = {k: v.take(taker) for k, v in columns.items()}
-    return row_msg, columns
+        filled = [k for k, c in enumerate(chunks) if c.null_count < len(c)]
+        if not filled:
+            columns[name] = pa.nulls(total, schema.field(name).type)
+            continue
+        if len(filled) == 1 and pa.types.is_string(chunks[filled[0]].type):
+            # The common mix: one big part and a few rows of another kind (resolved messages, a
+            # malformed body) that have no such value: their nulls go in between, nothing is copied.
+            k = filled[0]
+            where = at[bounds[k] : bounds[k + 1]]
+            if len(where) < 2 or bool((where[1:] > where[:-1]).all()):
+                columns[name] = spread(chunks[k], where, total)
+                continue
+        if taker is None:
+            taker = pa.array(order)
+        columns[name] = pa.concat_arrays(chunks).take(taker)
+    return row_msg[order], columns
 
 
 def decode_messages(

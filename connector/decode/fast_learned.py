@@ -34,10 +34,10 @@ from .columns import (
     const,
     first_bytes,
     hlc_micros_array,
+    hlc_ok,
     raw_column,
     utf8_bad,
 )
-from .hlc import HLC_TEXT
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
 Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
@@ -67,6 +67,9 @@ _MAX_LAYOUTS = 4  # layouts learned and tried on the pending bodies, at most
 _MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: one small decode each)
 _GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
+_REBUILD_BYTES = 256  # mean bytes a value above which a spaced layout is proven by its rebuild
+_SLICE_BYTES = 1 << 21  # bytes of bodies a rebuild compares at a time
+AT_ONCE = 512  # mean bytes a text below which a batch's texts are encoded (or formatted) in one call
 
 
 class _Layout:
@@ -179,14 +182,24 @@ def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts],
                 end,
             )
         return ok
-    rebuilt = interleave(prefixes, columns, end, m)
-    actual = b"".join(raws)
-    if rebuilt == actual:
+    # In slices of about _SLICE_BYTES: two temporaries of the whole batch would be fresh memory
+    # each time (~2.4 us a 4 KB page here); slices this size reuse the same.
+    if not m:
         return ok
-    diff = np.frombuffer(rebuilt, dtype=np.uint8) != np.frombuffer(actual, dtype=np.uint8)
-    starts = np.zeros(m, dtype=np.int64)
-    np.cumsum(have[:-1], out=starts[1:])
-    return np.add.reduceat(diff, starts) == 0
+    ends = np.cumsum(have)
+    cuts = [0, *np.searchsorted(ends, np.arange(_SLICE_BYTES, int(ends[-1]), _SLICE_BYTES), side="right").tolist(), m]
+    for a, b in itertools.pairwise(cuts):
+        if a >= b:
+            continue
+        rebuilt = interleave(prefixes, [c[a:b] for c in columns], end, b - a)
+        actual = b"".join(raws[a:b])
+        if rebuilt == actual:
+            continue
+        diff = np.frombuffer(rebuilt, dtype=np.uint8) != np.frombuffer(actual, dtype=np.uint8)
+        starts = np.zeros(b - a, dtype=np.int64)
+        np.cumsum(have[a : b - 1], out=starts[1:])
+        ok[a:b] = np.add.reduceat(diff, starts) == 0
+    return ok
 
 
 _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
@@ -355,10 +368,17 @@ def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int | Non
         total, spaces = stats[0], stats[1]
     else:
         total, spaces = sum(map(len, raws)), _spaces(raws)
-    both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
-    if total - spaces == len(both) - (m + 1) - both.count(b" "):
-        return np.ones(m, dtype=bool)
-    return _spaceless_len(raws) == _spaceless_len(list(map(ENCODE, parsed)))
+    if total < AT_ONCE * m:
+        both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
+        nonspace = len(both) - (m + 1) - int(np.count_nonzero(np.frombuffer(both, dtype=np.uint8) == _SPACE))
+        if total - spaces == nonspace:
+            return np.ones(m, dtype=bool)
+        encoded = list(map(ENCODE, parsed))
+    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
+        encoded = list(map(ENCODE, parsed))
+        if total - spaces == sum(map(len, encoded)) - sum(map(_COUNT_SPACES, encoded)):
+            return np.ones(m, dtype=bool)
+    return _spaceless_len(raws) == _spaceless_len(encoded)
 
 
 def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
@@ -369,11 +389,16 @@ def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> 
     escaped and there is no whitespace at all: one length per message, no byte counted.
     """
     m = len(raws)
-    want = len(ENCODE(parsed)) - (m + 1)  # one call: "[" e1 "," e2 ... "]"
-    if want == (total if total is not None else sum(map(len, raws))):
-        return np.ones(m, dtype=bool)
-    have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
-    return have == np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+    total = total if total is not None else sum(map(len, raws))
+    if total < AT_ONCE * m:
+        if len(ENCODE(parsed)) - (m + 1) == total:  # one call: "[" e1 "," e2 ... "]"
+            return np.ones(m, dtype=bool)
+        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
+        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
+        if int(encoded.sum()) == total:
+            return np.ones(m, dtype=bool)
+    return np.fromiter(map(len, raws), dtype=np.int64, count=m) == encoded
 
 
 Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"
@@ -425,7 +450,8 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
         # path) would make a difference. Compact objects: their encoded length rules it out; spaced
         # ones: _spaceless_equal, unless few keys make the length check airtight (it needs every
-        # value's length: cheaper for few keys, not for big objects). Bare rows are rebuilt.
+        # value's length: cheaper for few keys, not for big objects) or long values make the
+        # byte-for-byte rebuild cheaper. Bare rows are rebuilt.
         if simple and not wrapper and style == COMPACT_STYLE:
             proof = "encoded"
         elif outer is not None:
@@ -435,6 +461,11 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             and simple
         ):  # fmt: skip
             proof = "spaceless"
+            total = stats[0] if stats is not None and subset is raws else sum(map(len, subset))
+            if total > _REBUILD_BYTES * len(subset) * (len(keys) + 2 * wrapper):
+                # Long values (text, documents): the rebuild compares each byte once, where the
+                # spaceless proof counts them twice and encodes them (~1.5 ns a byte here).
+                proof = "rebuild"
         else:
             proof = "length" if layout.by_length else "rebuild"
         if proof == "encoded":
@@ -460,7 +491,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
                 rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
             if proof == "length":
                 ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
-            else:  # bare rows are rebuilt by the general path: prove them byte for byte
+            else:  # (bare rows are rebuilt by the general path: proven byte for byte)
                 ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
         if ok.any():
             if not ok.all():
@@ -480,7 +511,8 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
 
 
 # Raw-JSON-text columns: validated and converted with Arrow kernels, never value by value.
-PLAIN_STRING = r'^"[^"\\]*"$'
+# Their grammars, read from the bytes of texts msgspec validated (Col.plain_string, Col.ints):
+PLAIN_STRING = r'^"[^"\\]*"$'  # a JSON string without escapes
 _INT_ANY = r"^-?[0-9]+$"  # what the general path's _int_field reads as an integer
 _INT_SAFE = r"^(?:-?[0-9]{1,18}|[1-8][0-9]{18})$"  # ... and what surely fits an int64
 # Not pa.scalar(None, ...): pyarrow's first conversion of Python values imports pandas (0.3-0.5 s), and
@@ -528,11 +560,33 @@ class Col:
         data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
         return len(data), int(np.count_nonzero(data == _SPACE))
 
-    def matches(self, pattern: str) -> np.ndarray:
-        """Present and matching ``pattern`` (absent values count as matching)."""
+    def holding(self, chars: bytes) -> np.ndarray:
+        """Present and holding any of the bytes ``chars``."""
+        arr = self.arr
+        m = len(arr)
+        out = np.zeros(m, dtype=bool)
+        data_buf = arr.buffers()[2]
+        if not m or not self.present.any() or data_buf is None:
+            return out
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + m + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
+        hit = np.zeros(len(data), dtype=bool)
+        for c in chars:
+            hit |= data == c
+        at = np.flatnonzero(hit)
+        if len(at):
+            out[np.searchsorted(offsets - offsets[0], at, side="right") - 1] = True
+        return out & self.present
+
+    def plain_string(self) -> np.ndarray:
+        """Absent, or a JSON string without escapes (:data:`PLAIN_STRING`: it has no backslash)."""
+        return ~self.present | ((self.first == ord('"')) & ~self.holding(b"\\"))
+
+    def hlc(self) -> np.ndarray:
+        """Absent, or an HLC string (:data:`~.hlc.HLC_QUOTED`)."""
         if not self.present.any():
             return np.ones(len(self.present), dtype=bool)
-        return pc.fill_null(pc.match_substring_regex(self.arr, pattern), True).to_numpy(zero_copy_only=False)
+        return hlc_ok(self.arr, quoted=True)
 
     def starts(self, chars: bytes) -> np.ndarray:
         """Absent, or the first byte is one of ``chars``."""
@@ -557,8 +611,15 @@ class Col:
         m = len(self.present)
         if not self.present.any():
             return np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool), np.zeros(m, dtype=bool)
-        is_int = self.matches(_INT_ANY) & self.present
-        safe = self.matches(_INT_SAFE) & self.present
+        # The texts are valid JSON (msgspec read them): an integer is a number without . e E
+        # (_INT_ANY); it surely fits an int64 with at most 18 digits, or 19 below 9e18 (_INT_SAFE).
+        minus = self.first == ord("-")
+        is_int = self.present & (minus | ((self.first - ord("0")) < 10)) & ~self.holding(b".eE")
+        offsets = np.frombuffer(self.arr.buffers()[1], dtype=np.int32)[self.arr.offset : self.arr.offset + m + 1]
+        digits = np.diff(offsets) - minus
+        safe = is_int & (
+            (digits <= 18) | ((digits == 19) & ~minus & (self.first >= ord("1")) & (self.first <= ord("8")))
+        )
         unsure = is_int & ~safe
         src = pc.if_else(pa.array(safe), self.arr, NULL_STR) if not safe.all() else self.arr
         values = pc.fill_null(pc.cast(src, pa.int64()), 0).to_numpy(zero_copy_only=False)
@@ -637,7 +698,7 @@ def commit_from_hlc(updated: pa.Array, mvcc: pa.Array) -> pa.Array:
     commit = pa.nulls(m, pa.timestamp("us", tz="UTC"))
     for arr in (mvcc, updated):
         if arr.null_count < m:
-            valid = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
+            valid = pa.array(hlc_ok(arr))
             micros = hlc_micros_array(pc.if_else(valid, pc.fill_null(arr, "0.0000000000"), "0.0000000000"))
             commit = pc.if_else(pc.is_null(arr), commit, micros)
     return commit
@@ -881,10 +942,10 @@ def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
     of their own; the rest share one.
     """
     n = len(bodies)
-    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
-    first = tails[0] if tails else b""
-    if tails.count(first) == n:
+    first = bodies[0][bodies[0].rfind(_TOPIC_AT) :] if n else b""
+    if sum(map(bytes.endswith, bodies, itertools.repeat(first))) == n:  # one topic: no tail cut out
         return [np.arange(n)]
+    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
     number = {tail: i for i, tail in enumerate(dict.fromkeys(tails))}
     codes = np.fromiter(map(number.__getitem__, tails), dtype=np.int64, count=n)
     counts = np.bincount(codes)

@@ -86,3 +86,37 @@ def test_the_legacy_sink_layout_takes_the_fast_path_and_matches() -> None:
     mixed = bench_decode.make_bodies(20, seed=4, envelope="wrapped") + legacy
     assert fast_count(mixed) == len(mixed)
     assert_same(mixed, row_schema="a BIGINT, b STRING, city STRING")
+
+
+def test_key_and_topic_inside_the_value_take_the_fast_path_exactly() -> None:
+    """key_in_value / topic_in_value: the wrapper's Key and Topic are the output; the value's own
+    are checked as the general path checks them, and only CockroachDB's exact layout is taken."""
+    canonical = [
+        wrap("[1]", '{"after": ' + ROW + ', "key": [1]}'),
+        wrap("[1]", '{"after": ' + ROW + ', "key": [1], "topic": "t"}'),
+        wrap(
+            "[1]",
+            '{"after": null, "before": ' + ROW + ', "key": [1], "mvcc_timestamp": ' + HLC + ', "topic": "t", '
+            '"updated": ' + HLC + "}",
+        ),
+        wrap('["k", 2]', '{"after": ' + ROW + ', "key": {"a": 1}, "updated": ' + HLC + "}", "db.public.t"),
+        wrap("[1]", '{"after": ' + ROW + ', "key": null, "topic": "other"}'),
+    ]
+    variants = canonical + [
+        wrap("[1]", '{"after": ' + ROW + ', "key": [1], "key": [2]}'),  # repeated
+        wrap("[1]", '{"after": ' + ROW + ',"key": [1],"topic": "t", "topic": "u"}'),  # repeated, spaces left out
+        wrap("[1]", '{"after": ' + ROW + ', "topic": "t", "key": [1]}'),  # not sorted: the general path's
+        wrap("[1]", '{"after": ' + ROW + ',  "key": [1]}'),  # spacing
+        wrap("[1]", '{"after": ' + ROW + ', "key": 5}'),  # not a key
+        wrap("[1]", '{"after": ' + ROW + ', "key": "k"}'),
+        wrap("[1]", '{"after": ' + ROW + ', "topic": 5}'),  # not a topic
+        wrap("[1]", '{"after": ' + ROW + ', "topic": null}'),
+        wrap("[1]", '{"after": ' + ROW + ', "key": ["Q"]}').replace(b"Q", b"\xff"),  # invalid UTF-8
+        wrap("[1]", '{"after": ' + ROW + ', "topic": "Q"}').replace(b"Q", b"\xff"),
+    ]
+    assert fast_count(canonical) == len(canonical)
+    assert fast_count(variants) == len(canonical)
+    batch = assert_same(variants * 2)
+    assert batch.column("topic").to_pylist()[:5] == ["t", "t", "t", "db.public.t", "t"]
+    assert_same(variants, envelope="wrapped")
+    assert_same(variants, row_schema="a BIGINT, b STRING")

@@ -6,7 +6,10 @@ batches at a time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -26,6 +29,7 @@ from ...columns import (
     table_names,
 )
 from ...fast_learned import (
+    AT_ONCE,
     CRDB_STYLE,
     ENCODE,
     SIMPLE_KEY,
@@ -40,7 +44,6 @@ from ...fast_learned import (
     learn_keys,
     nested,
 )
-from ...hlc import HLC_QUOTED
 from ..common import (
     Bad,
     Context,
@@ -106,8 +109,8 @@ _BARE_WRAP_FIXED = len(b'{"Key":') + len(b',"Value":') + len(b',"Topic":') + len
 _BARE_HEAD = b'{"__crdb__": '
 
 
-def _format_spaced(raw: Raw) -> bytes:
-    return msgspec.json.format(raw, indent=0)
+# (a partial: no Python frame per body)
+_format_spaced = cast("Callable[[Any], bytes]", functools.partial(msgspec.json.format, indent=0))
 
 
 def _same_text(raw: Raw, text: bytes) -> bool:
@@ -173,19 +176,40 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     t_len = np.fromiter(map(t_json.__getitem__, topic), dtype=np.int64, count=m)
     b_len = np.fromiter(map(len, raws), dtype=np.int64, count=m)
     ok = b_len == _BARE_WRAP_FIXED + k_len + v_len + t_len
-    compact = np.fromiter(map(len, map(ENCODE, inner)), dtype=np.int64, count=m)
-    del inner
-    ok &= v_len == compact + 2 * n_keys - 1
-    formatted = list(map(_format_spaced, values))
-    v_data = b"".join(values)
-    if b"".join(formatted) != v_data:  # (one comparison when all are; message by message otherwise)
-        ok &= np.fromiter(map(_same_text, values, formatted), dtype=bool, count=m)
-    del formatted
-    if len(v_data) > OFFSET_LIMIT:
+    # Short values (the per-call cost dominates): the values side by side as one JSON array,
+    # "[V1, V2, ...]", and one format call proves them all fixed points (an array's elements are
+    # formatted each on its own, joined by ", "); all fixed points, a value is never shorter than
+    # its compact encoding plus its 2k - 1 spaces, so equal totals prove each one. Long values
+    # (one huge output, grown by reallocation, costs more than the calls): one by one.
+    if int(v_len.sum()) + 2 * m > OFFSET_LIMIT:
         return None
-    v_start = np.zeros(m, dtype=np.int64)
-    np.cumsum(v_len[:-1], out=v_start[1:])
-    v_bytes = np.frombuffer(v_data, dtype=np.uint8)
+    if int(v_len.sum()) < AT_ONCE * m:
+        joined = b", ".join(values)
+        text = bytearray(len(joined) + 2)  # (mutable: the rows are cut from it below)
+        text[0], text[1:-1], text[-1] = ord("["), joined, ord("]")
+        del joined
+        fixed = _format_spaced(text) == text
+        if not (fixed and len(ENCODE(inner)) - (m + 1) + m * (2 * n_keys - 1) == int(v_len.sum())):
+            compact = np.fromiter(map(len, map(ENCODE, inner)), dtype=np.int64, count=m)
+            ok &= v_len == compact + 2 * n_keys - 1
+            if not fixed:
+                ok &= np.fromiter(map(_same_text, values, map(_format_spaced, values)), dtype=bool, count=m)
+        v_bytes = np.frombuffer(text, dtype=np.uint8)
+        v_start = np.ones(m, dtype=np.int64)
+        np.cumsum(v_len[:-1] + 2, out=v_start[1:])
+        v_start[1:] += 1
+    else:
+        compact = np.fromiter(map(len, map(ENCODE, inner)), dtype=np.int64, count=m)
+        ok &= v_len == compact + 2 * n_keys - 1
+        formatted = list(map(_format_spaced, values))
+        v_data = b"".join(values)
+        if b"".join(formatted) != v_data:  # (one comparison when all are; message by message otherwise)
+            ok &= np.fromiter(map(_same_text, values, formatted), dtype=bool, count=m)
+        del formatted
+        v_bytes = np.frombuffer(v_data, dtype=np.uint8).copy()  # (numpy's: big ones get huge pages)
+        v_start = np.zeros(m, dtype=np.int64)
+        np.cumsum(v_len[:-1], out=v_start[1:])
+    del inner
     head = np.frombuffer(_BARE_HEAD, dtype=np.uint8)
     big = v_len >= len(_BARE_HEAD) + 3
     ok &= big
@@ -203,12 +227,11 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
         key, topic, meta = (list(itertools.compress(c, keep)) for c in (key, topic, meta))
         cut, end = cut[ok], end[ok]
     k = len(cut)
-    data = v_bytes.copy()
-    data[cut] = OBJ_START
+    v_bytes[cut] = OBJ_START
     offsets = np.empty(2 * k, dtype=np.int32)
     offsets[0::2] = cut
     offsets[1::2] = end
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(v_bytes)])
     after = pieces.take(pa.array(np.arange(0, 2 * k, 2))).view(pa.string())
     return Matched(idx=idx[ok], keys=keys, values={"__crdb__": meta}, key=key, topic=topic, after=after)
 
@@ -257,7 +280,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
                            _META.issuperset, ("key", "topic", "updated", "mvcc_timestamp"))  # fmt: skip
     bad |= ~meta_ok
     bad |= ~meta["key"].starts(b"[{n") | ~meta["topic"].starts(b'"')
-    bad |= ~meta["updated"].matches(HLC_QUOTED) | ~meta["mvcc_timestamp"].matches(HLC_QUOTED)
+    bad |= ~meta["updated"].hlc() | ~meta["mvcc_timestamp"].hlc()
     bad |= g.utf8_bad(covered=[k for k in g.keys if k != "__crdb__"], arrays=[after])
     updated = meta["updated"].unquoted()
     mvcc = meta["mvcc_timestamp"].unquoted()

@@ -21,7 +21,6 @@ from ...fast_learned import (
     COMPACT_SCHEMA,
     COMPACT_STYLE,
     NULL_STR,
-    PLAIN_STRING,
     LearnedFast,
     Matched,
     image,
@@ -181,7 +180,7 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     bad |= src_obj & ~src_ok
     table_col = sf["table"]
     table_str = table_col.present & (table_col.first == ord('"'))
-    plain = table_col.matches(PLAIN_STRING)
+    plain = table_col.plain_string()
     bad |= table_str & ~plain
     table = pc.if_else(pa.array(table_str & plain), table_col.unquoted(), NULL_STR)
     table = pc.if_else(pc.equal(table, ""), NULL_STR, table)

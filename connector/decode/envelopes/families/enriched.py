@@ -15,7 +15,6 @@ from ...columns import ARR_START, OBJ_START, raw_column, table_names
 from ...fast_learned import (
     CRDB_STYLE,
     NULL_STR,
-    PLAIN_STRING,
     V2_CRDB,
     V2_SCHEMA,
     LearnedFast,
@@ -27,7 +26,7 @@ from ...fast_learned import (
     per_distinct,
     row_columns,
 )
-from ...hlc import HLC_QUOTED, MAX_MICROS, hlc_to_micros
+from ...hlc import MAX_MICROS, hlc_to_micros
 from ..common import (
     Bad,
     Context,
@@ -159,8 +158,8 @@ def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, p
     # With a source object, only origin "cockroachdb" makes the general path call it enriched.
     origin_ok = pc.fill_null(pc.equal(sf["origin"].arr, '"cockroachdb"'), False).to_numpy(zero_copy_only=False)
     bad |= src_obj & ~origin_ok
-    bad |= ~sf["table_name"].matches(PLAIN_STRING) | ~sf["ts_hlc"].matches(HLC_QUOTED)
-    bad |= ~sf["mvcc_timestamp"].matches(HLC_QUOTED)
+    bad |= ~sf["table_name"].plain_string() | ~sf["ts_hlc"].hlc()
+    bad |= ~sf["mvcc_timestamp"].hlc()
     src_ns, src_ns_has, _ = sf["ts_ns"].ints()
     bad |= sf["ts_ns"].present & ~src_ns_has
     top_ns, top_ns_has, _ = value["ts_ns"].ints()

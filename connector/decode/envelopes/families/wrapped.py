@@ -7,8 +7,9 @@ The fast path takes CockroachDB's canonical Pub/Sub v2 wrapped bodies:
 v25.2, compact and lowercase: ``{"key":[...],"value":{"after":{...}},"topic":"t"}``. Each body is decoded by
 msgspec into a Struct whose sub-objects stay ``msgspec.Raw``; the layout is then proven with
 arithmetic on whole columns (body length == sum of the parts + fixed punctuation, which also rules
-out duplicate or unknown keys and any whitespace variation), and the Arrow columns are built in bulk
-from the raw bytes. What it cannot prove is left to the general path.
+out duplicate or unknown keys and any whitespace variation; a value that also carries ``key`` or
+``topic``, rare, is rebuilt and compared instead), and the Arrow columns are built in bulk from the
+raw bytes. What it cannot prove is left to the general path.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from ...columns import (
     const,
     first_bytes,
     hlc_micros_array,
+    hlc_ok,
     raw_column,
     table_names,
     utf8_bad,
 )
-from ...hlc import HLC_TEXT
 from ..common import Context, Row, fill_images_and_meta, op_from_images, table_from_topic, with_commit_time
 from ..registry import BatchFast, Family, Part
 
@@ -69,7 +70,9 @@ def _refuse(d: dict[str, bytes]) -> str:
 class _FValue(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     after: Raw
     before: Raw | UnsetType = UNSET
+    key: Raw | UnsetType = UNSET  # key_in_value / topic_in_value: the wrapper's Key and Topic win
     mvcc_timestamp: str | UnsetType = UNSET
+    topic: Raw | UnsetType = UNSET
     updated: str | UnsetType = UNSET
 
 
@@ -114,11 +117,7 @@ _LEGACY_LESS = 1
 _LEGACY_LESS_OPTIONAL = 2
 
 
-def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
-    try:
-        return _FAST_DECODE(body)
-    except Exception:  # noqa: BLE001 - anything unusual is the general path's business
-        pass
+def _legacy_or_none(body: bytes) -> _FLegacy | None:
     if body.startswith(b'{"key":'):
         try:
             return _LEGACY_DECODE(body)
@@ -127,10 +126,34 @@ def _try_fast(body: bytes) -> _FWrap | _FLegacy | None:
     return None
 
 
+def _parse(bodies: list[bytes]) -> tuple[list[_FWrap | _FLegacy | None], list[int], int]:
+    """Return each body decoded, the positions of those of neither layout (None), and how many are legacy.
+
+    One pass: a body that fails (a resolved message, another envelope) costs its own decode only.
+    """
+    parsed: list[_FWrap | _FLegacy | None] = []
+    append = parsed.append
+    rest = iter(bodies)
+    failed: list[int] = []
+    legacy = 0
+    while True:
+        try:
+            for body in rest:
+                append(_FAST_DECODE(body))
+            return parsed, failed, legacy
+        except Exception:  # noqa: BLE001 - anything unusual is the legacy layout's or the general path's
+            found = _legacy_or_none(body)
+            if found is None:
+                failed.append(len(parsed))
+            else:
+                legacy += 1
+            append(found)
+
+
 def _optional_lengths(
     values: Sequence[Raw | bytes | str | UnsetType], fixed: int
 ) -> tuple[np.ndarray | int, np.ndarray | None]:
-    """(length contribution, presence mask or None when all present/all absent) of an optional field."""
+    """(length contribution, presence mask: None when all are present) of an optional field."""
     n = len(values)
     absent = values.count(UNSET)
     if absent == n:
@@ -155,33 +178,33 @@ def _present(values: Sequence[Any]) -> np.ndarray:
 
 
 def _before_column(
-    raws: Sequence[Raw | bytes | UnsetType], m: int
+    raws: Sequence[Raw | bytes | UnsetType], m: int, present: np.ndarray | None, lengths: np.ndarray | None
 ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
     """Build the ``before`` images of canonical wrapped bodies.
 
-    Returns (column, null mask, which bodies had the field at all, which are not canonical).
+    ``present``: which bodies have the field (None: all); ``lengths``: the images' lengths, when
+    known. Returns (column, null mask, which bodies had the field at all, which are not canonical).
     """
     bad = np.zeros(m, dtype=bool)
-    _, before_present = _optional_lengths(raws, 0)
-    before_all = before_present is None
-    if not (before_present is None or before_present.any()):
+    if present is not None and not present.any():
         return pa.nulls(m, pa.string()), np.ones(m, dtype=bool), np.zeros(m, dtype=bool), bad
-    if not before_all:
+    if present is not None:
         raws = [b if b is not UNSET else b"null" for b in raws]
-    before_arr, before_off, before_data = raw_column(raws)
+        lengths = None
+    before_arr, before_off, before_data = raw_column(raws, lengths=lengths)
     before_first = first_bytes(before_off, before_data)
     before_null = before_first == NULL_START
     bad |= ~((before_first == OBJ_START) | before_null)
     utf8 = utf8_bad(before_arr, raws)
     if utf8 is not None:
         bad |= utf8
-    if before_present is not None:
-        before_null |= ~before_present
+    if present is not None:
+        before_null |= ~present
     before_arr = pa.StringArray.from_buffers(
         m, before_arr.buffers()[1], before_arr.buffers()[2],
         pa.py_buffer(np.packbits(~before_null, bitorder="little")),
     )  # fmt: skip
-    had_before = np.ones(m, dtype=bool) if before_present is None else before_present
+    had_before = np.ones(m, dtype=bool) if present is None else present
     return before_arr, before_null, had_before, bad
 
 
@@ -205,9 +228,12 @@ def _wrapped_columns(
     )
     topic = pa.array(topics, pa.string())
     table_name = table_names(topic, table_from_topic)
-    commit = hlc_micros_array(pc.fill_null(hlc["updated"], "0.0000000000"))
-    commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
-    if hlc["mvcc_timestamp"].null_count < m:
+    if not hlc["updated"].null_count:
+        commit = hlc_micros_array(hlc["updated"])
+    else:
+        commit = hlc_micros_array(pc.fill_null(hlc["updated"], "0.0000000000"))
+        commit = pc.if_else(pc.is_null(hlc["updated"]), pa.scalar(None, commit.type), commit)
+    if hlc["mvcc_timestamp"].null_count < m and hlc["updated"].null_count:
         mvcc_commit = hlc_micros_array(pc.fill_null(hlc["mvcc_timestamp"], "0.0000000000"))
         mvcc_commit = pc.if_else(pc.is_null(hlc["mvcc_timestamp"]), pa.scalar(None, commit.type), mvcc_commit)
         commit = pc.coalesce(commit, mvcc_commit)
@@ -229,18 +255,15 @@ def _wrapped_columns(
 def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Decode what can be proven canonical. Returns (message indices handled, columns for them)."""
     n = len(bodies)
-    legacy_count = 0
-    parsed: list[_FWrap | _FLegacy | None]  # (None: a body neither decodes; those are left out below)
-    try:
-        parsed = [_FAST_DECODE(b) for b in bodies]
-        idx = np.arange(n)
-    except Exception:  # noqa: BLE001 - one unusual body: sort them one by one
-        parsed = [_try_fast(b) for b in bodies]
-        keep = [p is not None for p in parsed]
-        idx = np.flatnonzero(np.array(keep, dtype=bool))
+    parsed, failed, legacy_count = _parse(bodies)
+    idx = np.arange(n)
+    if failed:
+        keep_mask = np.ones(n, dtype=bool)
+        keep_mask[failed] = False
+        idx = idx[keep_mask]
+        keep = keep_mask.tolist()
         parsed = list(itertools.compress(parsed, keep))
         bodies = list(itertools.compress(bodies, keep))
-        legacy_count = sum(map(isinstance, parsed, itertools.repeat(_FLegacy)))
     if not parsed:
         return idx, {}
 
@@ -257,16 +280,23 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     m = len(idx)
     lengths = {name: np.fromiter(map(len, cols[name]), dtype=np.int64, count=m) for name in ("key", "topic", "after")}
     expected = lengths["key"] + lengths["topic"] + lengths["after"] + (_WRAP_FIXED + _VALUE_FIXED)
+    present: dict[str, np.ndarray | None] = {}  # which bodies have each optional field (None: all)
     for name, fixed in _OPTIONAL_FIXED.items():
-        expected += _optional_lengths(cols[name], fixed)[0]
+        contribution, present[name] = _optional_lengths(cols[name], fixed)
+        expected += contribution
+        if name == "before" and present[name] is None:
+            lengths["before"] = np.asarray(contribution) - fixed  # (raw_column needs them again)
     if legacy_count:
         is_legacy = np.fromiter(map(isinstance, parsed, itertools.repeat(_FLegacy)), dtype=bool, count=m)
         less = np.full(m, _LEGACY_LESS, dtype=np.int64)
         for name in _OPTIONAL_FIXED:
             less += _LEGACY_LESS_OPTIONAL * _present(cols[name])
         expected -= np.where(is_legacy, less, 0)
-    del parsed
     good = np.fromiter(map(len, bodies), dtype=np.int64, count=m) == expected
+    if not good.all():
+        for i in np.flatnonzero(~good).tolist():
+            good[i] = _in_value_proven(parsed[i], bodies[i])
+    del parsed
 
     while True:
         if not good.all():
@@ -274,6 +304,7 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             idx = idx[good]
             cols = {k: list(itertools.compress(v, keep_list)) for k, v in cols.items()}
             lengths = {k: v[good] for k, v in lengths.items()}
+            present = {k: None if v is None else v[good] for k, v in present.items()}
             m = len(idx)
         if m == 0:
             return idx, {}
@@ -288,18 +319,18 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
             utf8 = utf8_bad(arr, raws)
             if utf8 is not None:
                 bad |= utf8
-        before_arr, before_null, had_before, before_bad = _before_column(cols["before"], m)
+        before_arr, before_null, had_before, before_bad = _before_column(
+            cols["before"], m, present["before"], lengths.get("before")
+        )
         bad |= before_bad
         hlc: dict[str, pa.Array] = {}
         for name in ("updated", "mvcc_timestamp"):
-            vals = cols[name]
-            absent = vals.count(UNSET)
-            if absent == m:
+            vals, mask = cols[name], present[name]
+            if mask is not None and not mask.any():
                 hlc[name] = pa.nulls(m, pa.string())
                 continue
-            arr = pa.array(vals if absent == 0 else [None if v is UNSET else v for v in vals], pa.string())
-            ok = pc.fill_null(pc.match_substring_regex(arr, HLC_TEXT), True)
-            bad |= ~ok.to_numpy(zero_copy_only=False)
+            arr = pa.array(vals if mask is None else [None if v is UNSET else v for v in vals], pa.string())
+            bad |= ~hlc_ok(arr)
             hlc[name] = arr
         if not bad.any():
             break
@@ -308,6 +339,40 @@ def _proven(bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
     return idx, _wrapped_columns(
         m, cols["topic"], key_arr, after_arr, after_null, before_arr, before_null, had_before, hlc
     )
+
+
+def _in_value_proven(parsed: _FWrap | _FLegacy | None, body: bytes) -> bool:
+    """Whether a body with ``key`` or ``topic`` inside its value is exactly its canonical layout.
+
+    The length proof counts neither (with them, a repeated member could hide in the spaces the
+    layout has), so such a body, rare, is rebuilt in CockroachDB's layout (keys sorted) and compared.
+    The wrapper's Key and Topic are what the general path outputs; these are only checked as it
+    checks them (a key array, object or null, a topic string; UTF-8).
+    """
+    if not isinstance(parsed, _FWrap):
+        return False
+    value = parsed.Value
+    vkey, vtopic = value.key, value.topic
+    if vkey is UNSET and vtopic is UNSET:
+        return False
+    parts = [b'{"Key":', parsed.Key, b',"Value":{"after": ', value.after]
+    for name, text in (("before", value.before), ("key", vkey), ("mvcc_timestamp", value.mvcc_timestamp),
+                       ("topic", vtopic), ("updated", value.updated)):  # fmt: skip
+        if text is not UNSET:
+            parts += [b', "' + name.encode() + b'": ', msgspec.json.encode(text) if isinstance(text, str) else text]
+    parts += [b'},"Topic":', msgspec.json.encode(parsed.Topic), b"}"]
+    if b"".join(parts) != body:
+        return False
+    for text, kinds in ((vkey, b"[{n"), (vtopic, b'"')):
+        if text is not UNSET:
+            raw = bytes(text)
+            if not raw or raw[0] not in kinds:
+                return False
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+    return True
 
 
 def _likely(first: bytes) -> int:
