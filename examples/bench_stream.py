@@ -283,7 +283,7 @@ def connector(
     runners_before = cpu.runners() if cpu else set()
     executors_before = cpu.executor_seconds() if cpu else 0.0
     jvms_before = cpu.jvm_seconds() if cpu else (0.0, 0.0)
-    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-stream-", ignore_cleanup_errors=True) as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
         for k, v in options.items():
             reader = reader.option(k, v)

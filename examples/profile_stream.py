@@ -190,7 +190,7 @@ def run_query(spark, host: str, sub: str, options: dict[str, str], cpu: ProcCpu)
     threads_before = jvm_threads(jpid)
     exe_before = cpu.executor_seconds()
     jvm_before = cpu.jvm_seconds()[0]
-    with tempfile.TemporaryDirectory(prefix="profile-stream-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="profile-stream-", ignore_cleanup_errors=True) as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
         for k, v in options.items():
             reader = reader.option(k, v)
