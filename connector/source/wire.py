@@ -25,6 +25,7 @@ MESSAGE_SCHEMA = pa.schema(
 )
 
 _ATTRIBUTES = MESSAGE_SCHEMA.field("attributes").type
+OFFSET_LIMIT = 2**31 - 1  # the largest offset of a (not large_) binary or string column
 
 
 def messages_batch(
@@ -101,14 +102,17 @@ def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
 
 
 def _offsets(lengths: Any, n: int) -> np.ndarray:
-    offsets = np.zeros(n + 1, np.int32)
+    offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return offsets
+    return offsets.astype(np.int32)
 
 
 def _binary(values: Sequence[bytes], type_: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
     n = len(values)
-    offsets = _offsets(np.fromiter(map(len, values), np.int64, n), n)
+    lengths = np.fromiter(map(len, values), np.int64, n)
+    if int(lengths.sum()) > OFFSET_LIMIT:  # a 32-bit offset column can't hold them: pyarrow says so
+        return pa.array([v if valid is None or valid[i] else None for i, v in enumerate(values)], type_)
+    offsets = _offsets(lengths, n)
     if valid is None or valid.all():
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))])
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
