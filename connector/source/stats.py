@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from .endpoints import Listening, connect
+
 log = logging.getLogger("crdb_pubsub.stats")
 
 CONNECT_TIMEOUT_SECONDS = 0.5
@@ -30,38 +32,18 @@ IDLE_SECONDS = 2.0  # a connection that sends no full line within this is closed
 class StatsServer:
     """Listens for executor reports; ``on_report(batch, partition, messages, malformed)``.
 
-    It listens on this host's address (the one executors on other hosts reach) and on loopback
-    (local mode), never on every interface, and serves every connection from one thread: a
-    report is one short line, so a slow or silent peer costs a socket, not a thread.
+    It listens where the executors reach it (:mod:`.endpoints`) and serves every connection from
+    one thread: a report is one short line, so a slow or silent peer costs a socket, not a thread.
     """
 
     def __init__(self, on_report: Callable[[int, int, int, int], None]) -> None:
         self.token = secrets.token_hex(16)
         self._on_report = on_report
-        hosts = []
-        try:
-            ip = socket.gethostbyname(socket.gethostname())
-            if not ip.startswith("127."):
-                hosts.append(ip)
-        except OSError:
-            pass
-        hosts.append("127.0.0.1")
-        self.sockets: list[socket.socket] = []
-        addresses = []
-        for host in hosts:
-            try:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, 0))
-                sock.listen(64)
-                sock.setblocking(False)
-            except OSError:
-                continue
-            self.sockets.append(sock)
-            addresses.append(f"{host}:{sock.getsockname()[1]}")
-        self.addresses: tuple[str, ...] = tuple(addresses)
+        self._listening = Listening()
+        self.addresses: tuple[str, ...] = self._listening.addresses
         self._selector = selectors.DefaultSelector()
-        for sock in self.sockets:
+        for sock in self._listening.sockets:
+            sock.setblocking(False)
             self._selector.register(sock, selectors.EVENT_READ, None)
         self._open: dict[socket.socket, tuple[bytes, float]] = {}
         self._closed = False
@@ -69,11 +51,7 @@ class StatsServer:
 
     def close(self) -> None:
         self._closed = True
-        for sock in self.sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
+        self._listening.close()
 
     def _serve(self) -> None:
         while not self._closed:
@@ -131,7 +109,6 @@ class StatsServer:
         conn.close()
 
 
-_working: dict[tuple[str, ...], str] = {}
 _warned = False
 
 
@@ -141,17 +118,12 @@ def send_report(
     """Executor side: tell the driver what decoding one partition found (best effort)."""
     global _warned
     line = (json.dumps({"t": token, "b": batch, "p": partition, "n": messages, "m": malformed}) + "\n").encode()
-    order = [_working[addresses]] if addresses in _working else list(addresses)
-    for address in order:
-        host, port = address.rsplit(":", 1)
-        try:
-            with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_SECONDS) as s:
-                s.sendall(line)
-            _working[addresses] = address
-            return
-        except OSError:
-            continue
-    _working.pop(addresses, None)
+    try:
+        with connect(addresses, CONNECT_TIMEOUT_SECONDS) as s:
+            s.sendall(line)
+        return
+    except OSError:
+        pass
     if not _warned:
         _warned = True
         log.warning(
