@@ -48,9 +48,11 @@ def _poll_metrics(query, done, *, timeout: float) -> dict:
     return metrics
 
 
+@pytest.mark.parametrize("transfer", ["fetch", "tasks"])
 def test_available_now_drains_backlog_into_parquet_and_acks_everything(
-    spark, emulator_host, make_subscription, publish, tmp_path: Path
+    spark, emulator_host, make_subscription, publish, tmp_path: Path, transfer
 ):
+    """Both ways a batch reaches the executors: fetched from the driver-side reader, or inside the tasks."""
     topic, sub = make_subscription(ack_deadline_seconds=5)
     bodies = _mixed_bodies(5000)
     ids = publish(
@@ -58,7 +60,7 @@ def test_available_now_drains_backlog_into_parquet_and_acks_everything(
     )  # Pub/Sub rejects a message with no data and no attributes
     assert len(ids) == 5000
 
-    df = _reader(spark, emulator_host, sub, ackDeadlineSeconds=5, maxMessagesPerTrigger=2000)
+    df = _reader(spark, emulator_host, sub, ackDeadlineSeconds=5, maxMessagesPerTrigger=2000, batchTransfer=transfer)
     q = (
         df.writeStream.format("parquet")
         .option("path", str(tmp_path / "out"))

@@ -18,8 +18,9 @@ Spark 4.2 added admission control (``latestOffset(start, limit)``, read limits,
 without arguments, the reader applies ``maxMessagesPerTrigger``/``maxBytesPerTrigger`` itself,
 and AvailableNow runs as a single batch.
 
-Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions -> ``read`` ->
-decoder -> Arrow record batches -> Spark. With ``receiver=executors`` the partitions carry orders
+Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions (fetched by the
+task from this process, or inside the partition) -> ``read`` -> decoder -> Arrow record batches ->
+Spark. With ``receiver=executors`` the partitions carry orders
 instead of messages: Pub/Sub -> ``read`` (pull, record the slice in the stateDir) -> decoder ->
 Spark, and the driver acknowledges from the recorded slices (:mod:`.executors`).
 """
@@ -120,18 +121,21 @@ class _RedactedOptions(dict):
 
 @dataclass
 class MessagesPartition(InputPartition):
-    """One slice of a micro-batch: the messages as one Arrow IPC stream.
+    """One slice of a micro-batch: its messages as one Arrow IPC stream, or the ticket to fetch them.
 
-    It also carries where to report the decode counts (the driver-side reader's stats listener).
+    With ``batchTransfer=fetch`` the task fetches the stream from the driver-side reader
+    (:mod:`.driver.handoff`); with ``tasks`` it travels inside the partition. It also carries
+    where to report the decode counts (the driver-side reader's stats listener).
     """
 
     batch_id: int
     index: int
-    ipc: Any  # pyarrow.Buffer (bytes after a round trip through pickle)
+    messages: Any  # a handoff Ticket, or a pyarrow.Buffer (bytes after a round trip through pickle)
     stats: tuple[tuple[str, ...], str] | None = None
 
-    def __repr__(self) -> str:  # keep Spark's plan strings and logs small
-        return f"MessagesPartition(batch={self.batch_id}, index={self.index}, bytes={len(self.ipc)})"
+    def __repr__(self) -> str:  # keep Spark's plan strings and logs small, and the ticket's secrets out
+        size = getattr(self.messages, "size", None)
+        return f"MessagesPartition(batch={self.batch_id}, index={self.index}, bytes={size if size is not None else len(self.messages)})"
 
 
 @dataclass
@@ -271,9 +275,11 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             with pulled_slice(self._options, partition.order) as table:
                 yield from self._decoded(table, partition)
         else:
+            from .driver.handoff import Ticket, fetch
             from .wire import from_ipc
 
-            yield from self._decoded(from_ipc(partition.ipc), partition)
+            messages = partition.messages
+            yield from self._decoded(from_ipc(fetch(messages) if isinstance(messages, Ticket) else messages), partition)
 
     def _decoded(self, table: pa.Table, partition: MessagesPartition | SlicePartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc

@@ -1,8 +1,9 @@
 """The :class:`~..core.mode.Mode` of ``receiver=driver``: sealed batches over one receiver.
 
 ``latestOffset`` seals what the receiver buffered into batch N (recorded in the stateDir first,
-when there is one), and ``partitions`` hands the batch to the executors inside the input
-partitions as Arrow IPC (:mod:`..wire`), where ``read`` only decodes. A batch planned by an
+when there is one), and ``partitions`` hands the batch to the executors as Arrow IPC
+(:mod:`..wire`), a stream per partition that its task fetches from this process
+(:mod:`.handoff`) or finds inside the partition (``batchTransfer=tasks``), and only decodes. A batch planned by an
 earlier process is replayed from the stateDir with the same messages; one that Spark never saw
 returns to the buffer. A proven commit acknowledges exactly the batches it covers.
 """
@@ -24,6 +25,7 @@ from ..pubsub.acknowledgements import UNPROVEN_MEMORY_SECONDS
 from ..pubsub.chunks import Chunk, sizes_of
 from ..pubsub.subscription import ReceiverError
 from ..state.ledger import BATCH_SCHEMA, Ledger, Recovered, StateDirError
+from .handoff import BatchServer, Ticket
 from .receiver import Receiver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +68,7 @@ class DriverMode:
         self._recovered: dict[int, tuple[pa.Table, list[Chunk]]] = {}
         self._cutoff: tuple[int, float] | None = None  # AvailableNow: (cutoff us, monotonic start)
         self._planned = False  # whether this process planned a batch yet
+        self._handoff: BatchServer | None = None  # batchTransfer=fetch, once started
 
     @property
     def receiver(self) -> Receiver:
@@ -114,6 +117,8 @@ class DriverMode:
                 receiver.acks.resend(sub, pairs)
         self._ledger = ledger
         self._receiver = receiver
+        if opts.batchTransfer == "fetch":
+            self._handoff = BatchServer()
 
     def set_cutoff(self, cutoff_us: int | None) -> None:
         self._cutoff = (cutoff_us, time.monotonic()) if cutoff_us is not None else None
@@ -197,9 +202,13 @@ class DriverMode:
         self._sealed[batch_id] = SealedBatch(batch_id, chunks, self._payloads(table), table.num_rows)
         return True
 
-    def inputs(self, batch_id: int) -> list[pa.Buffer] | None:
+    def inputs(self, batch_id: int) -> list[pa.Buffer] | list[Ticket] | None:
         batch = self._sealed.get(batch_id) or self._replay(batch_id)
-        return batch.payloads if batch is not None else None
+        if batch is None:
+            return None
+        if self._handoff is not None:
+            return self._handoff.offer(batch_id, batch.payloads)
+        return batch.payloads
 
     def known(self, after: int, upto: int) -> list[int]:
         return sorted(b for b in set(self._sealed) | set(self._recovered) if after < b <= upto)
@@ -218,6 +227,8 @@ class DriverMode:
         if not done:
             return
         chunks = [c for b in done for c in self._sealed.pop(b).chunks]
+        if self._handoff is not None:
+            self._handoff.withdraw(done)
         on_answered = None
         if self._ledger is not None:
             ledger = self._ledger
@@ -237,6 +248,8 @@ class DriverMode:
         return out
 
     def shutdown(self, within: float) -> None:
+        if self._handoff is not None:
+            self._handoff.close()
         receiver = self._receiver
         if receiver is None:
             return
