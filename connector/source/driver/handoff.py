@@ -13,8 +13,11 @@ fifth of the throughput (``profile_stream.py``, 2026-11-26). Instead, the partit
 * a payload crosses the network encrypted with AES-GCM, under a key of the reader's process and a
   nonce of the partition, both inside the ticket. The key travels in Spark's own channel, so what
   crosses the network is exactly as private as the task itself: encrypted when Spark's network
-  encryption is on, readable by whoever reads Spark's traffic when it is not. The tag also proves
-  that the payload is whole and the one the ticket names.
+  encryption is on, readable by whoever reads Spark's traffic when it is not. It is sent in frames
+  of :data:`FRAME_BYTES`, each sealed on its own (so the reader holds one frame per connection,
+  not a second copy of the batch, and the task decrypts while the rest arrives); each frame's tag
+  binds it to its partition, its place and the number of frames, which proves the payload whole,
+  in order and the one the ticket names.
 
 A task that can't reach the reader fails, naming the addresses and the option that ships batches
 inside the tasks (``batchTransfer=tasks``); Spark retries it as any failed task.
@@ -41,6 +44,8 @@ READ_TIMEOUT_SECONDS = 120.0  # between two reads of one payload
 MAX_CONNECTIONS = 64  # served at once; more wait in the listen backlog
 ACCEPT_WAIT_SECONDS = 0.5
 MAX_REQUEST = 256
+FRAME_BYTES = 1 << 20  # plaintext bytes sealed at a time
+TAG_BYTES = 16
 OK, UNKNOWN, REFUSED = 0, 1, 2  # the status byte of an answer
 
 
@@ -64,9 +69,23 @@ class Ticket:
         return f"{self.token} {self.batch_id} {self.index}\n".encode()
 
 
-def _aad(batch_id: int, index: int) -> bytes:
-    # Binds a ciphertext to its partition: a payload served for another one fails its tag.
-    return f"crdb_pubsub batch {batch_id} partition {index}".encode()
+def _frames(size: int) -> int:
+    return max(1, -(-size // FRAME_BYTES))
+
+
+def _nonce(base: bytes, frame: int) -> bytes:
+    # A nonce per frame, never repeated under the key: the partition's random nonce plus the frame.
+    return ((int.from_bytes(base, "big") + frame) % (1 << 96)).to_bytes(12, "big")
+
+
+def _aad(batch_id: int, index: int, frame: int, frames: int) -> bytes:
+    # Binds each frame to its partition, its place and the count: a frame served for another
+    # partition, out of order, or a payload cut short fails its tag.
+    return f"crdb_pubsub batch {batch_id} partition {index} frame {frame} of {frames}".encode()
+
+
+def _header(status: int, length: int) -> bytes:
+    return bytes([status]) + length.to_bytes(8, "big")
 
 
 class BatchServer:
@@ -140,34 +159,39 @@ class BatchServer:
     def _serve(self, conn) -> None:
         try:
             with conn:
-                request = _read_line(conn)
-                status, body = self._answer(request)
-                conn.sendall(bytes([status]) + len(body).to_bytes(8, "big"))
-                if body:
-                    conn.sendall(body)
+                self._answer(conn, _read_line(conn))
         except OSError as exc:
             log.debug("a task's fetch ended early: %s", exc)
         finally:
             self._slots.release()
 
-    def _answer(self, request: bytes) -> tuple[int, bytes]:
+    def _answer(self, conn, request: bytes) -> None:
         try:
             token, batch, index = request.decode("ascii").split()
             key = (int(batch), int(index))
         except (UnicodeDecodeError, ValueError):
-            return REFUSED, b""
+            conn.sendall(_header(REFUSED, 0))
+            return
         if not secrets.compare_digest(token, self.token):
-            return REFUSED, b""
+            conn.sendall(_header(REFUSED, 0))
+            return
         with self._lock:
             held = self._payloads.get(key)
         if held is None:
-            return UNKNOWN, (
+            reason = (
                 f"the driver-side reader holds no batch {key[0]} partition {key[1]} (acknowledged already, "
                 "or planned by another process)"
             ).encode()
+            conn.sendall(_header(UNKNOWN, len(reason)) + reason)
+            return
         payload, nonce = held
+        conn.sendall(_header(OK, payload.size))
         # cryptography takes unsigned bytes; pyarrow exports its buffers as signed ones (format "b").
-        return OK, self._aead.encrypt(nonce, memoryview(payload).cast("B"), _aad(*key))
+        view = memoryview(payload).cast("B")
+        frames = _frames(payload.size)
+        for f in range(frames):
+            part = view[f * FRAME_BYTES : (f + 1) * FRAME_BYTES]
+            conn.sendall(self._aead.encrypt(_nonce(nonce, f), part, _aad(*key, f, frames)))
 
 
 def _read_line(conn) -> bytes:
@@ -196,23 +220,33 @@ def fetch(ticket: Ticket) -> pa.Buffer:
     where = (
         f"batch {ticket.batch_id} partition {ticket.index} from the driver-side reader at {', '.join(ticket.addresses)}"
     )
+    aead = AESGCM(ticket.key)
     try:
         with connect(ticket.addresses, CONNECT_TIMEOUT_SECONDS) as conn:
             conn.settimeout(READ_TIMEOUT_SECONDS)
             conn.sendall(ticket.request())
             header = _read_exactly(conn, 9)
             status, length = header[0], int.from_bytes(header[1:], "big")
-            body = _read_exactly(conn, length)
+            if status != OK:
+                reason = _read_exactly(conn, length).decode(errors="replace") if status == UNKNOWN else ""
+                raise HandoffError(f"crdb_pubsub: could not fetch {where}: {reason or 'the reader refused the ticket'}")
+            out = bytearray(length)
+            frames = _frames(length)
+            for f in range(frames):
+                begin = f * FRAME_BYTES
+                sealed = _read_exactly(conn, min(FRAME_BYTES, length - begin) + TAG_BYTES)
+                try:
+                    plain = aead.decrypt(
+                        _nonce(ticket.nonce, f), sealed, _aad(ticket.batch_id, ticket.index, f, frames)
+                    )
+                except InvalidTag:
+                    raise HandoffError(
+                        f"crdb_pubsub: {where} arrived altered (its authentication tag does not match)"
+                    ) from None
+                out[begin : begin + len(plain)] = plain
     except OSError as exc:
         raise HandoffError(
             f"crdb_pubsub: could not fetch {where}: {exc}. The executors must reach the driver's host over "
             "TCP; option batchTransfer=tasks ships batches inside Spark's tasks instead"
         ) from None
-    if status != OK:
-        reason = body.decode(errors="replace") if status == UNKNOWN else "the reader refused the ticket"
-        raise HandoffError(f"crdb_pubsub: could not fetch {where}: {reason}")
-    try:
-        plain = AESGCM(ticket.key).decrypt(ticket.nonce, body, _aad(ticket.batch_id, ticket.index))
-    except InvalidTag:
-        raise HandoffError(f"crdb_pubsub: {where} arrived altered (its authentication tag does not match)") from None
-    return pa.py_buffer(plain)
+    return pa.py_buffer(out)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from crdb_pubsub.source.datasource import MessagesPartition
-from crdb_pubsub.source.driver.handoff import BatchServer, HandoffError, fetch
+from crdb_pubsub.source.driver.handoff import FRAME_BYTES, BatchServer, HandoffError, fetch
 from crdb_pubsub.source.endpoints import connect
 
 SECRET_BODY = b'{"Key":["card"],"Value":{"after": {"number": "4111111111111111"}},"Topic":"payments"}'
@@ -23,7 +23,9 @@ def server():
 
 
 def test_a_task_fetches_exactly_its_partition(server):
-    payloads = [pa.py_buffer(SECRET_BODY * 1000), pa.py_buffer(b"x" * 3_000_000)]
+    # One frame, several, a last frame of one byte, nothing at all.
+    payloads = [pa.py_buffer(SECRET_BODY * 1000), pa.py_buffer(bytes(range(256)) * 12_000)]
+    payloads += [pa.py_buffer(b"y" * (FRAME_BYTES + 1)), pa.py_buffer(b"")]
     tickets = server.offer(4, payloads)
     assert [fetch(t).to_pybytes() for t in tickets] == [p.to_pybytes() for p in payloads]
     # Spark may ask for a batch's partitions again: tickets handed out before stay good.
@@ -46,7 +48,7 @@ def test_what_crosses_the_network_is_not_the_batch(server):
         answer = b""
         while chunk := conn.recv(1 << 16):
             answer += chunk
-    assert answer[0] == 0 and len(answer) == 9 + len(SECRET_BODY) * 10 + 16  # status, length, ciphertext, tag
+    assert answer[0] == 0 and len(answer) == 9 + len(SECRET_BODY) * 10 + 16  # status, length, one sealed frame
     assert b"4111111111111111" not in answer and b"payments" not in answer
 
 
