@@ -9,6 +9,7 @@ import pytest
 from conftest import pull_ids
 from crdb_pubsub.source.core.protocol import protocol_for
 from crdb_pubsub.source.driver import DriverMode, Receiver, ReceiverError
+from crdb_pubsub.source.driver.handoff import Ticket, fetch
 from crdb_pubsub.source.options import parse_options
 from crdb_pubsub.source.transport import Rpc, chunk_ack_ids, subscriber_client
 from crdb_pubsub.source.wire import from_ipc
@@ -135,7 +136,12 @@ def test_topic_option_creates_the_subscription(emulator_host, make_subscription,
             offset = planner.latest(start, None, None)
             time.sleep(0.1)
         assert offset["batch"] == 1
-        got = [m for _, _, p in planner.partitions(start, offset) for m in from_ipc(p).column("message_id").to_pylist()]
+        # by default a partition carries a ticket to the batch, which a task fetches from the driver
+        got = [
+            m
+            for _, _, p in planner.partitions(start, offset)
+            for m in from_ipc(fetch(p) if isinstance(p, Ticket) else p).column("message_id").to_pylist()
+        ]
         assert got == ids
     finally:
         planner.shutdown(within=5)
