@@ -45,11 +45,17 @@ Prints every rate and, last, (b)/(a). Not a test: absolute numbers are noisy her
 the figure.
 
     python examples/bench_stream.py [--messages 50000] [--option key=value ...]
+
+Where it runs: the embedded emulator, or the server at ``PUBSUB_EMULATOR_HOST`` (e.g. fastpubsub),
+or with ``--project P`` the real Pub/Sub service in project ``P`` through Application Default
+Credentials: it creates a topic and seven subscriptions named ``bench-<pid>-<time>...``, publishes
+the backlog (billed as any traffic), and deletes them at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -163,12 +169,84 @@ def _bodies(n: int) -> list[bytes]:
     return out[:n]
 
 
-def _publish(host: str, topic: str, bodies: list[bytes]) -> None:
+def _publisher(host: str | None, **kwargs):
+    """A publisher to the emulator at ``host``, or with ``None`` to the service (ADC)."""
+    if host:
+        from crdb_pubsub.emulator import publisher_client
+
+        return publisher_client(host, **kwargs)
+    from google.cloud import pubsub_v1
+
+    return pubsub_v1.PublisherClient(**kwargs)
+
+
+def _subscriber(host: str | None):
+    """A subscriber to the emulator at ``host``, or with ``None`` to the service (ADC)."""
+    if host:
+        from crdb_pubsub.emulator import subscriber_client
+
+        return subscriber_client(host)
+    from google.cloud import pubsub_v1
+
+    return pubsub_v1.SubscriberClient()
+
+
+class _Resources:
+    """The topics and subscriptions of one run: created on the emulator as usual, or on the service,
+    where they are deleted at the end (an emulator's are gone with it)."""
+
+    def __init__(self, host: str | None, project: str) -> None:
+        self.host, self.project = host, project
+        self.topics: list[str] = []
+        self.subscriptions: list[str] = []
+
+    def create(self, topic: str, subscription: str) -> tuple[str, str]:
+        from google.api_core.exceptions import AlreadyExists
+
+        if self.host:
+            from crdb_pubsub.emulator import create_topic_and_subscription
+
+            return create_topic_and_subscription(
+                self.host, self.project, topic, subscription, ack_deadline_seconds=60, exist_ok=True
+            )
+        pub, sub = _publisher(None), _subscriber(None)
+        try:
+            t, s = pub.topic_path(self.project, topic), sub.subscription_path(self.project, subscription)
+            if t not in self.topics:
+                with contextlib.suppress(AlreadyExists):
+                    pub.create_topic(request={"name": t})
+                self.topics.append(t)
+            sub.create_subscription(request={"name": s, "topic": t, "ack_deadline_seconds": 60})
+            self.subscriptions.append(s)
+            return t, s
+        finally:
+            pub.transport.close()
+            sub.close()
+
+    def __enter__(self) -> _Resources:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def delete(self) -> None:
+        if self.host or not (self.topics or self.subscriptions):
+            return
+        pub, sub = _publisher(None), _subscriber(None)
+        try:
+            for s in self.subscriptions:
+                sub.delete_subscription(request={"subscription": s})
+            for t in self.topics:
+                pub.delete_topic(request={"topic": t})
+        finally:
+            pub.transport.close()
+            sub.close()
+
+
+def _publish(host: str | None, topic: str, bodies: list[bytes]) -> None:
     from google.cloud.pubsub_v1.types import BatchSettings
 
-    from crdb_pubsub.emulator import publisher_client
-
-    pub = publisher_client(host, batch_settings=BatchSettings(max_messages=1000, max_bytes=4_000_000, max_latency=0.05))
+    pub = _publisher(host, batch_settings=BatchSettings(max_messages=1000, max_bytes=4_000_000, max_latency=0.05))
     try:
         futures = [pub.publish(topic, b) for b in bodies]
         for f in futures:
@@ -178,15 +256,13 @@ def _publish(host: str, topic: str, bodies: list[bytes]) -> None:
         pub.transport.close()
 
 
-def baseline(host: str, sub: str, n: int, hold: int = 0) -> float:
+def baseline(host: str | None, sub: str, n: int, hold: int = 0) -> float:
     """Seconds for a plain sync pull(1000) + acknowledge loop to consume ``n`` messages: (a),
     acknowledging each Pull's messages before the next Pull; with ``hold``, (a'), acknowledging
     every ``hold`` messages instead (they stay outstanding until then)."""
     from google.api_core import exceptions as gexc
 
-    from crdb_pubsub.emulator import subscriber_client
-
-    client = subscriber_client(host)
+    client = _subscriber(host)
     got = 0
     held: list[str] = []
     t0 = time.perf_counter()
@@ -207,12 +283,12 @@ def baseline(host: str, sub: str, n: int, hold: int = 0) -> float:
     return time.perf_counter() - t0
 
 
-def held_baseline(host: str, sub: str, n: int, hold: int = 4000) -> float:
+def held_baseline(host: str | None, sub: str, n: int, hold: int = 4000) -> float:
     """Seconds for (a'): :func:`baseline` acknowledging every ``hold`` messages."""
     return baseline(host, sub, n, hold)
 
 
-def receiver_alone(host: str, sub: str, n: int) -> float:
+def receiver_alone(host: str | None, sub: str, n: int) -> float:
     """Seconds for the connector's receiver (no Spark) to take and acknowledge ``n`` messages."""
     from crdb_pubsub.source.driver import Receiver
     from crdb_pubsub.source.transport import Rpc, subscriber_client
@@ -242,15 +318,13 @@ def receiver_alone(host: str, sub: str, n: int) -> float:
         r.shutdown(hand_back=True, within=5)
 
 
-def streaming_subscriber(host: str, sub: str, n: int) -> float:
+def streaming_subscriber(host: str | None, sub: str, n: int) -> float:
     """Seconds for google-cloud-pubsub's streaming subscriber to receive and ack ``n`` messages."""
     import threading
 
     from google.cloud.pubsub_v1.types import FlowControl
 
-    from crdb_pubsub.emulator import subscriber_client
-
-    client = subscriber_client(host)
+    client = _subscriber(host)
     done = threading.Event()
     lock = threading.Lock()
     count = [0]
@@ -277,14 +351,16 @@ def streaming_subscriber(host: str, sub: str, n: int) -> float:
 
 
 def connector(
-    spark, host: str, sub: str, n: int, options: dict[str, str], cpu: ProcCpu | None = None
+    spark, host: str | None, sub: str, n: int, options: dict[str, str], cpu: ProcCpu | None = None
 ) -> tuple[float, int, int, float, float]:
     """(seconds, rows, batches, driver-side runner CPU s, executor workers CPU s) of one drain."""
     runners_before = cpu.runners() if cpu else set()
     executors_before = cpu.executor_seconds() if cpu else 0.0
     jvms_before = cpu.jvm_seconds() if cpu else (0.0, 0.0)
     with tempfile.TemporaryDirectory(prefix="bench-stream-", ignore_cleanup_errors=True) as tmp:
-        reader = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
+        reader = spark.readStream.format("crdb_pubsub").option("subscription", sub)
+        if host:
+            reader = reader.option("emulatorHost", host)
         for k, v in options.items():
             reader = reader.option(k, v)
         if options.get("receiver") == "executors" and "stateDir" not in options:
@@ -314,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--skip-alone", action="store_true", help="skip (r) and (s), the runs without Spark")
+    ap.add_argument(
+        "--project",
+        help="the real Pub/Sub service in this project (Application Default Credentials; creates, bills, deletes)",
+    )
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="extra source option")
     args = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in args.option)
@@ -322,33 +402,20 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     import crdb_pubsub
-    from crdb_pubsub.emulator import create_topic_and_subscription, emulator
+    from crdb_pubsub.emulator import emulator
 
-    with emulator(project=PROJECT) as host:
-        # Names unique to this run: a long-lived server (PUBSUB_EMULATOR_HOST, e.g. fastpubsub) keeps
-        # an earlier run's topics, and CreateTopic on an existing name fails.
-        t = f"-{os.getpid()}-{int(time.time())}" if os.environ.get("PUBSUB_EMULATOR_HOST") else ""
-        topic, sub_a = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-baseline" + t, ack_deadline_seconds=60
-        )
-        _, sub_b = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-connector" + t, ack_deadline_seconds=60, exist_ok=True
-        )
-        _, sub_cold = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-cold" + t, ack_deadline_seconds=60, exist_ok=True
-        )
-        _, sub_r = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-receiver" + t, ack_deadline_seconds=60, exist_ok=True
-        )
-        _, sub_s = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-streaming" + t, ack_deadline_seconds=60, exist_ok=True
-        )
-        _, sub_c = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-executors" + t, ack_deadline_seconds=60, exist_ok=True
-        )
-        _, sub_h = create_topic_and_subscription(
-            host, PROJECT, "bench" + t, "bench-held" + t, ack_deadline_seconds=60, exist_ok=True
-        )
+    where = contextlib.nullcontext(None) if args.project else emulator(project=PROJECT)
+    with where as host, _Resources(host, args.project or PROJECT) as res:
+        # Names unique to this run: a long-lived server (PUBSUB_EMULATOR_HOST, e.g. fastpubsub, or the
+        # service) keeps an earlier run's topics, and CreateTopic on an existing name fails.
+        t = f"-{os.getpid()}-{int(time.time())}" if args.project or os.environ.get("PUBSUB_EMULATOR_HOST") else ""
+        topic, sub_a = res.create("bench" + t, "bench-baseline" + t)
+        _, sub_b = res.create("bench" + t, "bench-connector" + t)
+        _, sub_cold = res.create("bench" + t, "bench-cold" + t)
+        _, sub_r = res.create("bench" + t, "bench-receiver" + t)
+        _, sub_s = res.create("bench" + t, "bench-streaming" + t)
+        _, sub_c = res.create("bench" + t, "bench-executors" + t)
+        _, sub_h = res.create("bench" + t, "bench-held" + t)
         bodies = _bodies(args.messages)
         t0 = time.perf_counter()
         _publish(host, topic, bodies)
@@ -379,9 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         emulator_a_held = cpu.jvm_seconds()[1] - emulator_before - emulator_a
         cold, cold_rows, cold_batches, cold_drv, cold_exe = connector(spark, host, sub_cold, len(bodies), options, cpu)
         # Warm-up on its own small backlog, then the measured run.
-        wtopic, wsub = create_topic_and_subscription(
-            host, PROJECT, "warmup" + t, "warmup-sub" + t, ack_deadline_seconds=60
-        )
+        wtopic, wsub = res.create("warmup" + t, "warmup-sub" + t)
         warm_n = 2000
         _publish(host, wtopic, bodies[:warm_n])
         _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
@@ -390,9 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         # (c): the same backlog pulled by the tasks (receiver=executors), after its own warm-up.
         ex_options = {**options, "receiver": "executors"}
         ex_options.setdefault("numPartitions", str(os.cpu_count() or 2))
-        xtopic, xsub = create_topic_and_subscription(
-            host, PROJECT, "warmup-ex" + t, "warmup-ex-sub" + t, ack_deadline_seconds=60
-        )
+        xtopic, xsub = res.create("warmup-ex" + t, "warmup-ex-sub" + t)
         _publish(host, xtopic, bodies[:warm_n])
         _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
         c, rows_c, batches_c, drv_c, exe_c = connector(spark, host, sub_c, len(bodies), ex_options, cpu)
