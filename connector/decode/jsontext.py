@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import OFFSET_LIMIT
+from .columns import OFFSET_LIMIT, ranges_column
 
 _QUOTE, _BACKSLASH, _U = ord('"'), ord("\\"), ord("u")
 
@@ -112,20 +112,8 @@ class Texts:
         last = max(len(self.data) - 1, 0)
         before = self.data[np.clip(ends - 2, 0, last)] if len(self.data) else np.zeros(m, np.uint8)
         zulu = (self.lengths >= 3) & ((before == ord("Z")) | (before == ord("z")))
-        cut = np.empty(2 * m, dtype=np.int64)
-        cut[0::2] = np.minimum(starts + 1, ends)
-        cut[1::2] = np.maximum(ends - 1 - zulu, cut[0::2])
-        return _cut(self.data, cut, m)
-
-
-def _cut(data: np.ndarray, pairs: np.ndarray, m: int) -> pa.Array:
-    """Return the ranges ``data[pairs[2i]:pairs[2i+1]]`` as a string array (one gather)."""
-    if not m:
-        return pa.nulls(0, pa.string())
-    pieces = pa.BinaryArray.from_buffers(
-        pa.binary(), 2 * m - 1, [None, pa.py_buffer(pairs.astype(np.int32)), pa.py_buffer(data)]
-    )
-    return pieces.take(pa.array(np.arange(0, 2 * m, 2))).view(pa.string())
+        first = np.minimum(starts + 1, ends)
+        return ranges_column(self.data, first, np.maximum(ends - 1 - zulu, first))
 
 
 def _with_validity(arr: pa.Array, valid: np.ndarray) -> pa.Array:

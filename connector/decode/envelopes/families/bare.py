@@ -25,6 +25,7 @@ from ...columns import (
     OFFSET_LIMIT,
     TooLarge,
     const,
+    ranges_column,
     raw_column,
     table_names,
 )
@@ -226,13 +227,8 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
         keep = ok.tolist()
         key, topic, meta = (list(itertools.compress(c, keep)) for c in (key, topic, meta))
         cut, end = cut[ok], end[ok]
-    k = len(cut)
     v_bytes[cut] = OBJ_START
-    offsets = np.empty(2 * k, dtype=np.int32)
-    offsets[0::2] = cut
-    offsets[1::2] = end
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * k - 1, [None, pa.py_buffer(offsets), pa.py_buffer(v_bytes)])
-    after = pieces.take(pa.array(np.arange(0, 2 * k, 2))).view(pa.string())
+    after = ranges_column(v_bytes, cut, end)
     return Matched(idx=idx[ok], keys=keys, values={"__crdb__": meta}, key=key, topic=topic, after=after)
 
 
@@ -263,11 +259,7 @@ def _bare_rows(g: Matched, bodies: list[bytes]) -> pa.Array:
         raise TooLarge("a string column of this batch exceeds 2 GiB; decode fewer messages per call")
     data = np.frombuffer(b"".join(bodies), dtype=np.uint8).copy()
     data[space] = OBJ_START
-    offsets = np.empty(2 * m, dtype=np.int32)
-    offsets[0::2] = space
-    offsets[1::2] = end
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * m - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pieces.take(pa.array(np.arange(0, 2 * m, 2))).view(pa.string())
+    return ranges_column(data, space, end)
 
 
 def _fast_rows(g: Matched, bodies: list[bytes]) -> tuple[np.ndarray, dict[str, pa.Array]]:
