@@ -1,0 +1,415 @@
+"""Spark as its contract lets it drive a Python streaming source, for the simulation.
+
+One :class:`SparkApp` is one run of the streaming query: a driver JVM (the thread that calls the
+reader, in its process), the driver-side Python runner (its own process: the reader's driver-side
+state and threads live there), and one process per task attempt (a Python worker on an executor).
+The checkpoint (:class:`Logs`) and the sink outlive it; the next app restarts from them.
+
+Spark's call order is each version's (``tests/spark_calls.py`` and NOTES.md section 3): 4.2+
+``latestOffset(start, limit)``; 4.0/4.1 ``latestOffset()`` and, after a restart,
+``partitions(X, X)`` for the newest offset-log entry first. The freedoms it plays, drawn per run
+(:class:`SparkTerms`):
+
+* a batch's tasks run at once, in any order; an attempt may fail mid-task (an executor lost) and
+  run again, or run twice (speculation: the first to finish counts, the other is killed);
+* a sink may read only part of a batch (``limit``, ``show``): some tasks never run, one may be
+  stopped after its first rows; a sink may fail a batch (the query dies);
+* ``commit(end)`` late (after the next batch's tasks), twice, or never;
+* Trigger.AvailableNow: 4.2+ runs batches until the source says the run is over; 4.0/4.1 run one
+  batch and end before telling the source it committed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .scheduler import Killed, Process, Scheduler
+
+
+class RunnerDied(RuntimeError):
+    """The driver-side Python runner died under a call (the JVM sees a broken connection)."""
+
+
+class QueryFailed(RuntimeError):
+    """The query stopped with an error (what Spark would report as the query's exception)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+class SinkFails(RuntimeError):
+    pass
+
+
+@dataclass
+class Logs:
+    """Spark's checkpoint: the offset log and the commit log (batch id -> virtual time written)."""
+
+    offsets: dict[int, dict] = field(default_factory=dict)
+    commits: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class Sink:
+    """An idempotent sink: batch N's rows replace batch N's (a replay writes the same batch again).
+
+    ``batches[n]``: the message ids it received, in partition order then row order.
+    ``excused[n]``: ids of batch ``n`` that the sink chose not to read (a partial read).
+    """
+
+    batches: dict[int, list[str]] = field(default_factory=dict)
+    excused: dict[int, set[str]] = field(default_factory=dict)
+    writes: int = 0
+
+    def ids(self) -> list[str]:
+        return [i for n in sorted(self.batches) for i in self.batches[n]]
+
+
+@dataclass
+class SparkTerms:
+    version: str = "4.3"
+    speculation: float = 0.0
+    task_loss: float = 0.0  # chance an attempt's executor is lost mid-task
+    partial_read: float = 0.0
+    sink_fails: float = 0.0
+    skip_commit: float = 0.0
+    repeat_commit: float = 0.0
+    late_commit: float = 0.0
+    poll: float = 0.2  # seconds between latestOffset calls that brought nothing
+
+    @classmethod
+    def draw(cls, rng: Any, *, rough: float, version: str | None = None) -> SparkTerms:
+        def maybe(p: float) -> float:
+            return p * rough if rng.random() < 0.5 else 0.0
+
+        return cls(
+            version=version or rng.choice(["4.0", "4.1", "4.2", "4.3"]),
+            speculation=maybe(0.15),
+            task_loss=maybe(0.08),
+            partial_read=maybe(0.1),
+            sink_fails=maybe(0.03),
+            skip_commit=maybe(0.5),
+            repeat_commit=maybe(0.2),
+            late_commit=maybe(0.3),
+            poll=rng.choice([0.1, 0.5, 2.0]),
+        )
+
+    @property
+    def old_api(self) -> bool:
+        return self.version in ("4.0", "4.1")
+
+
+MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
+
+
+class _TaskFailed(RuntimeError):
+    pass
+
+
+class SparkApp:
+    """One run of the query: calls the reader as Spark's driver does and runs its tasks."""
+
+    def __init__(
+        self,
+        sched: Scheduler,
+        rng: Any,
+        terms: SparkTerms,
+        logs: Logs,
+        sink: Sink,
+        make_reader: Callable[[], Any],
+        *,
+        name: str,
+        wire_ids: Callable[[Any], list[str]],
+    ) -> None:
+        self.sched = sched
+        self.rng = rng
+        self.terms = terms
+        self.logs = logs
+        self.sink = sink
+        self.name = name
+        self.jvm = Process(f"{name}-jvm")
+        self.runner = Process(f"{name}-runner")
+        self.workers: list[Process] = []
+        self._make_reader = make_reader
+        self._wire_ids = wire_ids
+        self.reader: Any = None
+        self._start: dict | None = None
+        self._pending: int | None = None
+        self._deferred_commit: dict | None = None
+        self.batches_run = 0
+        self.task_attempts = 0
+
+    # ---------------------------------------------------------------- processes
+
+    def processes(self) -> list[Process]:
+        return [self.jvm, self.runner, *self.workers]
+
+    def alive(self) -> bool:
+        return self.jvm.alive
+
+    def kill(self) -> None:
+        """The driver's host dies: the JVM, the runner and every task attempt, at once."""
+        me = self.sched.current().process
+        for p in self.processes():
+            if p is not me:
+                self.sched.kill(p)
+        if me in self.processes():
+            self.sched.kill(me)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call the reader's driver-side method in the runner process (py4j to Python, in effect)."""
+        t = self.sched.current()
+        t.process = self.runner
+        try:
+            return fn(*args)
+        except Killed:
+            t.process = self.jvm
+            if not self.jvm.alive:
+                raise
+            raise RunnerDied(f"the driver-side Python runner of {self.name} died") from None
+        finally:
+            if t.process is self.runner:
+                t.process = self.jvm
+
+    # ---------------------------------------------------------------- the query
+
+    def start(self) -> None:
+        """What Spark does when the query starts on the logs (fresh or restart)."""
+        self.reader = self._call(self._make_reader)
+        latest = max(self.logs.offsets) if self.logs.offsets else None
+        if latest is None:
+            if not self.terms.old_api:
+                self._call(self.reader.initialOffset)
+            self._start = None
+            return
+        end = self.logs.offsets[latest]
+        if self.terms.old_api:
+            self._call(self.reader.partitions, end, end)  # setLatestSeenOffset
+        if latest in self.logs.commits:
+            self._start = end
+        else:
+            self._start = self.logs.offsets.get(latest - 1) if latest > 0 else None
+            self._pending = latest
+
+    def prepare_available_now(self) -> None:
+        if not self.terms.old_api:
+            self._call(self.reader.prepareForTriggerAvailableNow)
+
+    def trigger(self) -> bool:
+        """One trigger: run the pending batch, or plan the next and run it. False when nothing is new."""
+        if self._pending is None:
+            if self.terms.old_api:
+                end = self._call(self.reader.latestOffset)
+                if self._start is None:
+                    self._start = self._call(self.reader.initialOffset)
+            else:
+                if self._start is None:
+                    self._start = self._call(self.reader.initialOffset)
+                end = self._call(self.reader.latestOffset, self._start, self._call(self.reader.getDefaultReadLimit))
+            if _same(end, self._start):
+                self._flush_deferred_commit()
+                return False
+            n = (max(self.logs.offsets) + 1) if self.logs.offsets else 0
+            self.logs.offsets[n] = end
+            if n > 0 and (n - 1) in self.logs.offsets:
+                self._commit(self.logs.offsets[n - 1])
+            self._pending = n
+        n = self._pending
+        end = self.logs.offsets[n]
+        start = self.logs.offsets[n - 1] if n > 0 else self._start
+        if start is None:
+            start = self._call(self.reader.initialOffset)
+        parts = self._call(self.reader.partitions, start, end)
+        rows, excused = self._run_tasks(n, parts)
+        self._flush_deferred_commit()
+        if self.terms.sink_fails and self.rng.random() < self.terms.sink_fails:
+            raise SinkFails(f"the sink failed batch {n} (simulated)")
+        self.sink.batches[n] = rows
+        if excused:
+            self.sink.excused[n] = excused
+        else:
+            self.sink.excused.pop(n, None)
+        self.sink.writes += 1
+        self.sched.check()
+        self.logs.commits[n] = self.sched.now
+        self.batches_run += 1
+        self._pending = None
+        self._start = end
+        return True
+
+    def _commit(self, end: dict) -> None:
+        t = self.terms
+        r = self.rng.random()
+        if r < t.skip_commit:
+            return
+        if r < t.skip_commit + t.late_commit:
+            self._deferred_commit = end
+            return
+        self._call(self.reader.commit, end)
+        if self.rng.random() < t.repeat_commit:
+            self._call(self.reader.commit, end)
+
+    def _flush_deferred_commit(self) -> None:
+        if self._deferred_commit is not None:
+            end, self._deferred_commit = self._deferred_commit, None
+            self._call(self.reader.commit, end)
+
+    # ---------------------------------------------------------------- tasks
+
+    def _run_tasks(self, n: int, parts: list[Any]) -> tuple[list[str], set[str]]:
+        """Run a batch's tasks as Spark may; return the rows the sink reads and those it chose not to."""
+        partial = bool(parts) and self.terms.partial_read and self.rng.random() < self.terms.partial_read
+        order = list(range(len(parts)))
+        self.rng.shuffle(order)
+        run = order
+        stop_after: dict[int, int] = {}
+        if partial:
+            # limit()/show(): some tasks never run, the last one that does may stop after its first batch.
+            run = order[: self.rng.randint(0, len(order))]
+            if run and self.rng.random() < 0.5:
+                stop_after[run[-1]] = 1
+        outputs: dict[int, list[str]] = {}
+        yielded: dict[int, list[str]] = {}
+        errors: list[BaseException] = []
+        threads = []
+        for i in run:
+            th = _spawn(
+                self.sched,
+                self.jvm,
+                f"{self.name}-task-{n}.{i}",
+                self._task,
+                n,
+                i,
+                parts[i],
+                stop_after.get(i),
+                outputs,
+                yielded,
+                errors,
+            )
+            threads.append(th)
+        for th in threads:
+            th.join()
+        self.sched.check()
+        if errors:
+            raise errors[0]
+        rows = [r for i in range(len(parts)) for r in outputs.get(i, [])]
+        excused: set[str] = set()
+        if partial:
+            for i in range(len(parts)):
+                if i in outputs:
+                    excused.update(set(yielded.get(i, [])) - set(outputs[i]))
+                else:
+                    excused.update(self._wire_ids(parts[i]))
+        return rows, excused
+
+    def _task(
+        self, n: int, i: int, part: Any, stop_after: int | None, outputs: dict, yielded: dict, errors: list
+    ) -> None:
+        """One task: attempts until one succeeds (retries, speculative copies), as Spark's scheduler runs them."""
+        for attempt in range(MAX_TASK_ATTEMPTS):
+            result: dict[str, Any] = {}
+            attempts = [self._attempt(n, i, attempt, part, stop_after, result)]
+            if self.terms.speculation and self.rng.random() < self.terms.speculation:
+                attempts.append(self._attempt(n, i, attempt, part, stop_after, result, speculative=True))
+            while not result and any(th.is_alive() for th, _ in attempts):
+                for th, _ in attempts:
+                    th.join(0.05)
+                    if result:
+                        break
+            for th, worker in attempts:
+                if th.is_alive() and worker.alive:
+                    self.sched.kill(worker)  # the copy that lost the race is killed
+            if "rows" in result:
+                outputs[i] = result["rows"]
+                yielded[i] = result["yielded"]
+                return
+        errors.append(result.get("error") or _TaskFailed(f"task {n}.{i} failed {MAX_TASK_ATTEMPTS} times"))
+
+    def _attempt(
+        self,
+        n: int,
+        i: int,
+        attempt: int,
+        part: Any,
+        stop_after: int | None,
+        result: dict,
+        *,
+        speculative: bool = False,
+    ) -> tuple[Any, Process]:
+        worker = Process(
+            f"{self.name}-worker-{n}.{i}.{attempt}{'s' if speculative else ''}",
+            host=f"executor-{self.rng.randrange(2)}",
+            skew=self.rng.uniform(-0.5, 0.5),
+        )
+        self.workers.append(worker)
+        self.task_attempts += 1
+        lose_at = None
+        if self.terms.task_loss and self.rng.random() < self.terms.task_loss:
+            lose_at = self.rng.uniform(0.0, 3.0)
+
+        def body() -> None:
+            reader = pickle.loads(pickle.dumps(self.reader))
+            got: list[str] = []
+            gen = reader.read(part)
+            batches = 0
+            try:
+                for batch in gen:
+                    got.extend(_ids(batch))
+                    batches += 1
+                    if stop_after is not None and batches >= stop_after:
+                        break
+            except Killed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the attempt failed; Spark retries it
+                result.setdefault("error", exc)
+                return
+            finally:
+                gen.close()
+            if "rows" not in result:
+                result["rows"] = list(got)
+                result["yielded"] = list(got)
+
+        th = _spawn(self.sched, worker, worker.name, body)
+        if lose_at is not None:
+            _spawn(self.sched, self.jvm, f"{worker.name}-loss", self._lose, worker, lose_at)
+        return th, worker
+
+    def _lose(self, worker: Process, after: float) -> None:
+        self.sched.sleep(after)
+        if worker.alive:
+            self.sched.kill(worker)
+
+    def stop(self, graceful: bool) -> None:
+        """Spark stops the query: the runner is SIGTERMed (hands back within 5 s) or just gone."""
+        if graceful and self.reader is not None and self.runner.alive and self.jvm.alive:
+            done = _spawn(self.sched, self.runner, f"{self.name}-sigterm", self.reader.stop)
+            done.join(6.0)
+        for p in self.processes():
+            if p.alive:
+                self.sched.kill(p) if p is not self.sched.current().process else None
+        self.runner.alive = False
+        for w in self.workers:
+            w.alive = False
+
+
+def _spawn(sched: Scheduler, process: Process, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    from .scheduler import SimThread
+
+    th = SimThread(sched, lambda: fn(*args), name=name, process=process)
+    th.start()
+    return th
+
+
+def _ids(batch: pa.RecordBatch) -> list[str]:
+    return batch.column(batch.schema.get_field_index("message_id")).to_pylist()
+
+
+def _same(a: dict, b: dict | None) -> bool:
+    return b is not None and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

@@ -1,0 +1,580 @@
+"""One simulated world: the source's real code against simulated Pub/Sub, storage and Spark, from one seed.
+
+:func:`simulate` draws a scenario from ``(seed, mode, storage)`` (:class:`Scenario`: the
+subscriptions, what is published when, the options, the service's, the storage's and Spark's
+freedoms, when the driver dies), runs it on the deterministic scheduler and returns the
+:class:`Record` that :mod:`.checker` judges. The source runs unchanged: :func:`installed` puts the
+simulated ``threading``/``time``/``queue``/``random`` into every ``crdb_pubsub.source`` module (and
+into the defaults of functions that took the real clocks), the simulated client behind
+``transport.subscriber_client`` and the simulated storage behind ``open_storage``; everything is put
+back afterwards.
+
+Replay one seed: ``PYTHONHASHSEED=0 PYTHONPATH=tests python -m sim --mode executors --storage gs --seed 17``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import itertools
+import logging
+import pkgutil
+import random
+import sys
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import scheduler as S
+from .pubsub import SimPubSub, Terms
+from .spark import Logs, QueryFailed, RunnerDied, Sink, SinkFails, SparkApp, SparkTerms
+from .storage import SimStorage, StorageTerms
+
+PROJECT = "projects/sim-project"
+
+
+@dataclass
+class Scenario:
+    seed: int
+    mode: str
+    storage: str
+    rough: float
+    subs: list[str]
+    ordered: bool
+    exactly_once: bool
+    sub_deadline: int
+    keys: int
+    body_size: int
+    backlog: int
+    live: int
+    live_seconds: float
+    trigger: str  # "continuous" | "available_now"
+    options: dict[str, str]
+    partitions: list[int | None]  # numPartitions of each successive app (cycled)
+    kills: list[int | None]  # per app: kill the whole app after this many of its calls (None: never)
+    runner_only: list[bool]  # per app: the kill takes the Python runner only (the JVM survives)
+    pubsub: Terms
+    storage_terms: StorageTerms
+    spark: SparkTerms
+
+    def describe(self) -> str:
+        o = {k: v for k, v in self.options.items() if k not in ("emulatorHost",)}
+        return (
+            f"seed {self.seed} mode={self.mode} storage={self.storage} Spark {self.spark.version} {self.trigger}; "
+            f"{len(self.subs)} sub(s) deadline {self.sub_deadline}s{' ordered' if self.ordered else ''}"
+            f"{' exactly-once' if self.exactly_once else ''}; {self.backlog} backlog + {self.live} live over "
+            f"{self.live_seconds:.0f}s, {self.body_size} B bodies; options {o}; partitions {self.partitions}; "
+            f"kills {self.kills} runner-only {self.runner_only}; pubsub {self.pubsub}; storage {self.storage_terms}; "
+            f"spark {self.spark}"
+        )
+
+
+def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> Scenario:
+    rng = random.Random(f"scenario-{seed}-{mode}-{storage}")
+    rough = rng.choice([0.0, 0.5, 1.0, 1.0]) if rough is None else rough
+    nsubs = 2 if rng.random() < 0.15 else 1
+    subs = [f"{PROJECT}/subscriptions/sub-{i}" for i in range(nsubs)]
+    ordered = rng.random() < 0.25
+    exactly_once = rng.random() < 0.3
+    spark = SparkTerms.draw(rng, rough=rough)
+    trigger = "available_now" if rng.random() < 0.35 else "continuous"
+    sub_deadline = rng.choice([10, 10, 20, 60])  # the service accepts 10-600 s
+    options: dict[str, str] = {
+        "subscription": ",".join(subs),
+        "emulatorHost": "sim:1",
+        "stateDir": "gs://sim-bucket/state" if storage == "gs" else "/sim/state",
+        "receiver": mode,
+        "ackDeadlineSeconds": str(lease := rng.choice([10, 30, 60])),
+        "maxOutstandingMessages": str(rng.choice([15, 40, 120, 200_000])),
+    }
+    if mode == "driver":
+        options["batchTransfer"] = "tasks"
+    body_size = rng.choice([60, 60, 900, 3000])
+    if rng.random() < 0.3:
+        options["maxOutstandingBytes"] = str(65536)
+    # Spark 4.0/4.1 run Trigger.AvailableNow as one batch a run: a run reads one batch's worth.
+    one_batch_runs = trigger == "available_now" and spark.old_api
+    if rng.random() < 0.4 and not one_batch_runs:
+        options["maxMessagesPerTrigger"] = str(rng.choice([5, 25, 100]))
+    elif rng.random() < 0.3 and not one_batch_runs:
+        options["maxBytesPerTrigger"] = str(rng.choice([1024, 4096, 65536]))
+    if rng.random() < 0.2:
+        options["maxLeaseDurationSeconds"] = str(lease * rng.choice([1, 2, 6]))
+    choices = [None, 1, 2, 3, 4]
+    partitions = [rng.choice(choices) for _ in range(4)]
+    napps = rng.choice([1, 1, 2, 3, 4])
+    kills = [
+        rng.choice([None, rng.randint(1, 40), rng.randint(1, 400), rng.randint(1, 3000)]) if rough else None
+        for _ in range(napps - 1)
+    ]
+    runner_only = [rng.random() < 0.3 for _ in kills]
+    return Scenario(
+        seed=seed,
+        mode=mode,
+        storage=storage,
+        rough=rough,
+        subs=subs,
+        ordered=ordered,
+        exactly_once=exactly_once,
+        sub_deadline=sub_deadline,
+        # An ordered subscription delivers a key's next messages only after its held ones were
+        # acknowledged (a commit each): its scenarios are smaller and spread over more keys.
+        keys=rng.choice([3, 8, 20]),
+        body_size=body_size,
+        backlog=rng.choice([0, 5, 40] if ordered or one_batch_runs else [0, 5, 40, 150, 400]),
+        live=rng.choice([0, 0, 20, 60] if ordered or one_batch_runs else [0, 0, 20, 100, 300]),
+        live_seconds=rng.uniform(1.0, 40.0),
+        trigger=trigger,
+        options=options,
+        partitions=partitions,
+        kills=kills,
+        runner_only=runner_only,
+        pubsub=Terms.draw(rng, rough=rough),
+        storage_terms=StorageTerms.draw(rng, storage, rough=rough),
+        spark=spark,
+    )
+
+
+@dataclass
+class AvailableNowRun:
+    cutoff: float  # virtual time of prepareForTriggerAvailableNow (or the run's start on 4.0/4.1)
+    before: set[str]  # ids published before the cutoff
+    ended: bool = False
+    finished_at: float = 0.0
+    sink_at_end: set[str] = field(default_factory=set)
+    leased_elsewhere: set[str] = field(default_factory=set)  # unreadable by the run: leased to another app
+    late: set[str] = field(default_factory=set)  # passed over by an out-of-order answer
+    died: bool = False
+
+
+@dataclass
+class Record:
+    """What happened, for the checker."""
+
+    scenario: Scenario
+    published: dict[str, list[str]]  # sub -> ids in publish order
+    key_of: dict[str, str]
+    sink: Sink
+    logs: Logs
+    service: SimPubSub
+    storage: SimStorage
+    failures: list[BaseException]  # query deaths (what Spark would report)
+    thread_errors: list[tuple[str, BaseException]]
+    runs: list[AvailableNowRun]
+    converged: bool
+    end_time: float
+    switches: int
+    log_tail: list[str]
+    story: list[str]  # what happened to the watched messages
+    apps: list[str]
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- installing the world
+
+
+def _source_modules() -> list[Any]:
+    import crdb_pubsub.source as pkg
+
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        importlib.import_module(info.name)
+    return [m for name, m in sorted(sys.modules.items()) if name.startswith("crdb_pubsub.source") and m is not None]
+
+
+@contextlib.contextmanager
+def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimStorage) -> Iterator[None]:
+    """Run the source's modules on the simulated threads, clock, Pub/Sub and storage (restored on exit)."""
+    ns = S.namespaces(sched, seed)
+    real_clocks = {
+        id(S.REAL["time"].monotonic): ns["time"].monotonic,
+        id(S.REAL["time"].time): ns["time"].time,
+        id(S.REAL["time"].sleep): ns["time"].sleep,
+    }
+    undo: list[tuple[Any, str, Any]] = []
+
+    def patch(obj: Any, attr: str, value: Any) -> None:
+        undo.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, value)
+
+    modules = _source_modules()
+    for mod in modules:
+        for attr, real in S.REAL.items():
+            if getattr(mod, attr, None) is real:
+                patch(mod, attr, ns[attr])
+        for fn in _functions(mod):
+            if fn.__defaults__ and any(id(d) in real_clocks for d in fn.__defaults__):
+                patch(fn, "__defaults__", tuple(real_clocks.get(id(d), d) for d in fn.__defaults__))
+            if fn.__kwdefaults__ and any(id(d) in real_clocks for d in fn.__kwdefaults__.values()):
+                patch(fn, "__kwdefaults__", {k: real_clocks.get(id(d), d) for k, d in fn.__kwdefaults__.items()})
+
+    import crdb_pubsub.source.core.protocol as protocol
+    import crdb_pubsub.source.executors.task as task
+    import crdb_pubsub.source.lifecycle as lifecycle
+    import crdb_pubsub.source.state.ledger as ledger
+    import crdb_pubsub.source.storage as storage_pkg
+    import crdb_pubsub.source.storage.lease as lease
+    import crdb_pubsub.source.transport as transport
+
+    patch(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
+    for mod in (storage_pkg, ledger, task):
+        patch(mod, "open_storage", lambda url: storage)
+    patch(task, "_RPCS", {})
+    patch(task, "_STORAGES", {})
+    patch(protocol, "StatsServer", _NoStats)
+    import crdb_pubsub.source.pubsub.acker as acker
+
+    submit = acker.Acker.submit
+
+    def submitted(self: Any, job: Any) -> None:
+        service.let_go(
+            job.sub, job.ack_ids, acked=job.kind == "ack"
+        )  # what the source holds no more, from now (the checker's bounds)
+        submit(self, job)
+
+    patch(acker.Acker, "submit", submitted)
+    here = S._Namespace(__import__("os"), getpid=lambda: sched.process().pid)
+    patch(lease, "os", here)
+    patch(lease, "socket", S._Namespace(__import__("socket"), gethostname=lambda: sched.process().host))
+    patch(ledger, "socket", S._Namespace(__import__("socket"), gethostname=lambda: sched.process().host))
+
+    def gone(holder: dict) -> bool:
+        # A holder on this host whose process is gone: the lease is free at once, as a dead
+        # process's lock would be.
+        me = sched.process()
+        if holder.get("host") != me.host or holder.get("pid") == me.pid:
+            return False
+        p = _PROCESSES.get(holder.get("pid"))
+        return p is not None and not p.alive
+
+    for mod in (lifecycle, ledger, task.__dict__.get("store") and sys.modules["crdb_pubsub.source.executors.store"]):
+        if mod is not None and hasattr(mod, "gone_from_this_host"):
+            patch(mod, "gone_from_this_host", gone)
+    try:
+        yield
+    finally:
+        for obj, attr, value in reversed(undo):
+            setattr(obj, attr, value)
+
+
+_PROCESSES: dict[int, S.Process] = {}
+
+
+def _functions(mod: Any) -> Iterator[Any]:
+    import types
+
+    for obj in list(vars(mod).values()):
+        if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__:
+            yield obj
+        elif isinstance(obj, type) and obj.__module__ == mod.__name__:
+            for member in vars(obj).values():
+                if isinstance(member, types.FunctionType):
+                    yield member
+
+
+class _NoStats:
+    """The decode-report listener: a TCP server, which has no place in the simulation."""
+
+    def __init__(self, on_report: Any) -> None:
+        self.addresses: tuple[str, ...] = ()
+        self.token = "sim"
+
+    def close(self) -> None:
+        pass
+
+
+class _LogTail(logging.Handler):
+    def __init__(self, sched: S.Scheduler, size: int = 400) -> None:
+        super().__init__(logging.DEBUG)
+        self.sched = sched
+        self.lines: deque[tuple[float, str, int]] = deque(maxlen=size)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            t = getattr(__import__("greenlet").getcurrent(), "thread", None)
+            who = t.process.name if t is not None and t.process is not None else "-"
+            text = f"{who:22s} {record.levelname:7s} {record.name}: {record.getMessage()}"
+            if self.lines and self.lines[-1][1] == text:
+                at, _, n = self.lines[-1]
+                self.lines[-1] = (at, text, n + 1)  # a repeated line is counted, not kept again
+            else:
+                self.lines.append((self.sched.now, text, 1))
+        except Exception:  # noqa: BLE001 - a log line is not worth failing a run
+            pass
+
+    def render(self) -> list[str]:
+        return [f"{at:9.3f} {text}" + (f"  (x{n})" if n > 1 else "") for at, text, n in self.lines]
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def body(i: int, size: int, key: str) -> bytes:
+    pad = "x" * max(0, size - 60)
+    return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}, "k": "{key}", "p": "{pad}"}}}},"Topic":"t"}}'.encode()
+
+
+MAX_VIRTUAL_SECONDS = 1500.0
+IDLE_GIVE_UP_SECONDS = 300.0  # nothing new in the sink this long, with messages missing: stop and report
+
+
+def simulate(
+    seed: int,
+    mode: str,
+    storage: str,
+    *,
+    rough: float | None = None,
+    scenario: Scenario | None = None,
+    watch: set[str] | None = None,
+) -> Record:
+    sc = scenario or draw(seed, mode, storage, rough=rough)
+    S.Process._pids = itertools.count(40_000)  # a run's pids do not depend on the runs before it
+    _PROCESSES.clear()
+    sched = S.Scheduler(seed)
+    service = SimPubSub(sched, seed, sc.pubsub)
+    service.watch = set(watch or ())
+    store = SimStorage(sched, seed, storage, sc.storage_terms)
+    rng = random.Random(f"world-{seed}")
+    for sub in sc.subs:
+        service.create_subscription(sub, ack_deadline=sc.sub_deadline, exactly_once=sc.exactly_once, ordered=sc.ordered)
+    logs, sink = Logs(), Sink()
+    published: dict[str, list[str]] = {s: [] for s in sc.subs}
+    key_of: dict[str, str] = {}
+    failures: list[BaseException] = []
+    runs: list[AvailableNowRun] = []
+    apps: list[SparkApp] = []
+    app_of_process: dict[int, str] = {}
+    service.app_of = lambda p: app_of_process.get(id(p)) if p is not None else None
+    world = S.Process("world", host="world")
+    tail = _LogTail(sched)
+    logger = logging.getLogger("crdb_pubsub")
+    saved_logger = (logger.level, logger.propagate, list(logger.handlers))
+    logger.handlers[:] = [tail]
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    state: dict[str, Any] = {"publishing": True, "calls": {}, "converged": False}
+    counter = [0]
+
+    def publish(n: int, sub_index: int | None = None) -> None:
+        for _ in range(n):
+            i = counter[0]
+            counter[0] += 1
+            key = f"k{rng.randrange(sc.keys)}" if sc.ordered else ""
+            subs = sc.subs if sub_index is None else [sc.subs[sub_index]]
+            for sub in subs:
+                (mid,) = service.publish(sub, [body(i, sc.body_size, key)], key)
+                published[sub].append(mid)
+                key_of[mid] = key
+
+    def publisher() -> None:
+        publish(sc.backlog)
+        if sc.live:
+            step = sc.live_seconds / sc.live
+            for _ in range(sc.live):
+                sched.sleep(rng.expovariate(1.0 / step))
+                publish(1)
+        state["publishing"] = False
+
+    def all_ids() -> set[str]:
+        return {m for ids in published.values() for m in ids}
+
+    def reached() -> set[str]:
+        got = set(sink.ids())
+        for ids in sink.excused.values():
+            got |= ids
+        return got
+
+    def on_call() -> None:
+        me = sched.process()
+        app_name = app_of_process.get(id(me))
+        if app_name is None:
+            return
+        app = next(a for a in apps if a.name == app_name)
+        calls = state["calls"][app_name] = state["calls"].get(app_name, 0) + 1
+        limit = state.get(("kill", app_name))
+        if limit is not None and calls >= limit and app.alive() and app.runner.alive:
+            if state.get(("runner_only", app_name)):
+                sched.kill(app.runner)
+            else:
+                app.kill()
+
+    store.on_call = on_call
+    service.on_call = on_call
+
+    def make_reader(partitions: int | None) -> Any:
+        from crdb_pubsub.source.datasource import CrdbPubSubDataSource
+
+        opts = dict(sc.options)
+        if partitions is not None:
+            opts["numPartitions"] = str(partitions)
+        ds = CrdbPubSubDataSource(opts)
+        return ds.streamReader(ds.schema())
+
+    def wire_ids(part: Any) -> list[str]:
+        from crdb_pubsub.source.wire import from_ipc
+
+        messages = getattr(part, "messages", None)
+        if messages is None:
+            return []
+        return from_ipc(messages).column("message_id").to_pylist()
+
+    def run_app(app: SparkApp, k: int) -> None:
+        app.start()
+        if sc.trigger == "available_now":
+            cutoff = sched.now
+            app.prepare_available_now()
+            run = AvailableNowRun(cutoff, set(all_ids()))
+            runs.append(run)
+            try:
+                if sc.spark.old_api:
+                    app.trigger()
+                else:
+                    while app.trigger():
+                        pass
+            finally:
+                run.finished_at = sched.now
+            run.ended = True
+            run.sink_at_end = reached()
+            run.leased_elsewhere = service.leased_elsewhere(app.name)
+            run.late = service.delivered_late()
+            return
+        idle_since = sched.now
+        have = len(reached())
+        while True:
+            if not state["publishing"] and all_ids() <= reached():
+                state["converged"] = True
+                return
+            if app.trigger():
+                now_have = len(reached())
+                if now_have != have:
+                    have, idle_since = now_have, sched.now
+            else:
+                sched.sleep(sc.spark.poll)
+            if sched.now - idle_since > IDLE_GIVE_UP_SECONDS:
+                return
+
+    faults_end = max([b for _, b in sc.pubsub.outages + sc.storage_terms.brownouts], default=0.0)
+
+    events = logging.getLogger("crdb_pubsub.sim")
+
+    def orchestrate() -> None:
+        pub = S.SimThread(sched, publisher, name="publisher", process=world)
+        pub.start()
+        k = 0
+        idle_runs = 0
+        while True:
+            name = f"app{k}"
+            spark_rng = random.Random(f"spark-{seed}-{k}")
+            app = SparkApp(
+                sched,
+                spark_rng,
+                sc.spark,
+                logs,
+                sink,
+                functools.partial(make_reader, sc.partitions[k % len(sc.partitions)]),
+                name=name,
+                wire_ids=wire_ids,
+            )
+            apps.append(app)
+            for p in (app.jvm, app.runner):
+                app_of_process[id(p)] = name
+                _PROCESSES[p.pid] = p
+            kill_at = sc.kills[k] if k < len(sc.kills) else None
+            state[("kill", name)] = kill_at
+            state[("runner_only", name)] = sc.runner_only[k] if k < len(sc.kills) else False
+            before = len(reached())
+            app_failures = len(failures)
+
+            def body_of(app: SparkApp = app, k: int = k) -> None:
+                try:
+                    run_app(app, k)
+                except S.Killed:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - the query died; recorded for the checker
+                    failures.append(exc.cause if isinstance(exc, QueryFailed) else exc)
+                    if runs and not runs[-1].ended:
+                        runs[-1].died = True
+
+            th = S.SimThread(sched, body_of, name=f"{name}-spark", process=app.jvm)
+            _track_workers(app)
+            events.info(
+                "%s starts (numPartitions %s, kill after %s calls%s)",
+                name,
+                sc.partitions[k % len(sc.partitions)],
+                kill_at,
+                " runner only" if state[("runner_only", name)] else "",
+            )
+            th.start()
+            th.join()
+            events.info(
+                "%s ended: %s; %d batches run, sink %d rows; %s",
+                name,
+                "killed" if not app.jvm.alive or not app.runner.alive else "stopped",
+                app.batches_run,
+                len(sink.ids()),
+                f"{type(failures[-1]).__name__}: {failures[-1]}"
+                if failures and len(failures) > app_failures
+                else "no failure",
+            )
+            if runs and not runs[-1].ended:
+                runs[-1].died = True  # the app was killed (or its query failed) during the run
+                runs[-1].finished_at = runs[-1].finished_at or sched.now
+            graceful = spark_rng.random() < 0.6
+            app.stop(graceful)
+            k += 1
+            done = not state["publishing"] and all_ids() <= reached()
+            if done:
+                state["converged"] = True
+                return
+            if sched.now > MAX_VIRTUAL_SECONDS:
+                return
+            idle_runs = 0 if len(reached()) > before or sched.now < faults_end else idle_runs + 1
+            if idle_runs >= 12 and not state["publishing"]:
+                return
+            sched.sleep(rng.choice([0.0, 1.0, 5.0, 20.0]))
+
+    def _track_workers(app: SparkApp) -> None:
+        original = app._attempt
+
+        def attempt(*a: Any, **kw: Any) -> Any:
+            th, worker = original(*a, **kw)
+            app_of_process[id(worker)] = app.name
+            _PROCESSES[worker.pid] = worker
+            return th, worker
+
+        app._attempt = attempt  # type: ignore[method-assign]
+
+    note = ""
+    try:
+        with installed(sched, seed, service, store):
+            try:
+                sched.run(orchestrate, world, max_time=MAX_VIRTUAL_SECONDS * 2, max_switches=3_000_000)
+            except (AssertionError, S.Deadlock) as exc:
+                note = f"{type(exc).__name__}: {exc}"
+    finally:
+        logger.handlers[:] = saved_logger[2]
+        logger.setLevel(saved_logger[0])
+        logger.propagate = saved_logger[1]
+    return Record(
+        scenario=sc,
+        published=published,
+        key_of=key_of,
+        sink=sink,
+        logs=logs,
+        service=service,
+        storage=store,
+        failures=failures,
+        thread_errors=list(sched.errors),
+        runs=runs,
+        converged=state["converged"],
+        end_time=sched.now,
+        switches=sched.switches,
+        log_tail=tail.render(),
+        story=service.story,
+        apps=[a.name for a in apps],
+        note=note,
+    )
+
+
+__all__ = ["Record", "RunnerDied", "Scenario", "SinkFails", "draw", "simulate"]
