@@ -1,27 +1,34 @@
 """The acker: the one path by which acknowledgements and hand-backs reach Pub/Sub.
 
-Requests are queued (a commit does not wait for the network) and sent in order by one thread,
-each bounded by the transport's stated deadlines. For every request the caller learns, per ack
-id, what Pub/Sub answered: confirmed, or failed with a reason (an exactly-once subscription
-answers per ack id; any other failure fails the whole request). :meth:`Acker.flush` waits, within
-a time bound, until everything queued has been answered.
+Requests are queued (a commit does not wait for the network) and sent by :data:`SENDERS` threads,
+each bounded by the transport's stated deadlines. A sender takes every queued job of one kind and
+subscription that fits one request (the service's limits, see ``transport.chunk_ack_ids``), so a
+burst of small jobs becomes a few requests, and a request that waits on retries (an outage, a
+transient failure) holds up one sender, not every acknowledgement behind it: an ack that comes too
+late is refused by an exactly-once subscription (its message was delivered again meanwhile), and
+an ordered key waits for it.
+
+For every job the caller learns, per ack id, what Pub/Sub answered: confirmed, or failed with a
+reason (an exactly-once subscription answers per ack id; any other failure fails the whole
+request). :meth:`Acker.flush` waits, within a time bound, until everything queued has been answered.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..transport import AckResult, Rpc
+from ..transport import MAX_IDS_PER_REQUEST, AckResult, Rpc
 
 log = logging.getLogger("crdb_pubsub.acker")
 
 ACK = "ack"
 NACK = "nack"  # ModifyAckDeadline(0): hand the messages back for immediate redelivery
+SENDERS = 4  # requests in flight at once
 
 
 @dataclass
@@ -34,86 +41,123 @@ class Job:
 
 
 class Acker:
-    """Sends queued :class:`Job` s from its own thread.
+    """Sends queued :class:`Job` s from :data:`SENDERS` threads of its own.
 
-    ``_pending`` counts unanswered jobs and is guarded by ``_idle``'s lock.
+    ``_cond``'s lock guards ``_queue`` and ``_pending`` (jobs not answered yet); it is a leaf lock,
+    never held across an RPC or a callback.
     """
 
-    def __init__(self, rpc: Rpc) -> None:
+    def __init__(self, rpc: Rpc, *, senders: int = SENDERS) -> None:
         self._rpc = rpc
-        self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._idle = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._cond = threading.Condition()
         self._pending = 0
-        self._thread = threading.Thread(target=self._run, name="crdb-pubsub-acker", daemon=True)
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._run, name=f"crdb-pubsub-acker-{i}", daemon=True) for i in range(senders)
+        ]
         self._started = False
 
     def start(self) -> None:
         self._started = True
-        self._thread.start()
+        for t in self._threads:
+            t.start()
 
     def submit(self, job: Job) -> None:
         if not job.ack_ids:
             if job.on_done is not None:
                 job.on_done(AckResult())
             return
-        with self._idle:
+        with self._cond:
             self._pending += 1
-        self._queue.put(job)
+            self._queue.append(job)
+            self._cond.notify_all()
 
     def busy(self) -> bool:
         """Return whether some submitted job is not answered yet."""
-        with self._idle:
+        with self._cond:
             return self._pending > 0
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted job was answered; False if ``timeout`` ran out first."""
         end = time.monotonic() + timeout
-        with self._idle:
+        with self._cond:
             while self._pending:
                 left = end - time.monotonic()
                 if left <= 0 or not self._started:
                     return False
-                self._idle.wait(left)
+                self._cond.wait(left)
         return True
 
     def stop(self) -> None:
-        self._queue.put(None)
+        """Let the senders end once the queue is empty (what was queued is still sent)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def _take(self) -> list[Job] | None:
+        """Take the jobs of one request: the oldest queued job and the queued jobs of its kind and subscription."""
+        with self._cond:
+            while not self._queue:
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            first = self._queue.popleft()
+            jobs, ids = [first], len(first.ack_ids)
+            rest: deque[Job] = deque()
+            while self._queue:
+                job = self._queue.popleft()
+                same = job.kind == first.kind and job.sub == first.sub and job.total == first.total
+                if same and ids + len(job.ack_ids) <= MAX_IDS_PER_REQUEST:
+                    jobs.append(job)
+                    ids += len(job.ack_ids)
+                else:
+                    rest.append(job)
+            self._queue = rest
+            return jobs
 
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is None:
+            jobs = self._take()
+            if jobs is None:
                 return
             try:
-                result = self._send(job)
-                if job.on_done is not None:
-                    job.on_done(result)
+                result = self._send(jobs[0].kind, jobs[0].sub, [a for j in jobs for a in j.ack_ids], jobs[0].total)
+                for job in jobs:
+                    if job.on_done is not None:
+                        mine = set(job.ack_ids)
+                        job.on_done(
+                            AckResult(
+                                confirmed=[a for a in result.confirmed if a in mine],
+                                failed={a: r for a, r in result.failed.items() if a in mine},
+                            )
+                            if len(jobs) > 1
+                            else result
+                        )
             except Exception:
                 log.exception("acknowledgement bookkeeping failed")
             finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+                with self._cond:
+                    self._pending -= len(jobs)
+                    self._cond.notify_all()
 
-    def _send(self, job: Job) -> AckResult:
+    def _send(self, kind: str, sub: str, ack_ids: list[str], total: float | None) -> AckResult:
         try:
-            if job.kind == ACK:
-                result = self._rpc.acknowledge(job.sub, job.ack_ids, total=job.total)
+            if kind == ACK:
+                result = self._rpc.acknowledge(sub, ack_ids, total=total)
             else:
-                result = self._rpc.modify_ack_deadline(job.sub, job.ack_ids, 0, total=job.total)
+                result = self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=total)
         except Exception as exc:  # noqa: BLE001 - reported per ack id like any failure
             reason = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
-            result = AckResult(failed=dict.fromkeys(job.ack_ids, reason))
+            result = AckResult(failed=dict.fromkeys(ack_ids, reason))
         if result.failed:
             first = next(iter(result.failed.values()))
             log.warning(
                 "%s of %d message(s) on %s failed (%s)%s",
-                "acknowledging" if job.kind == ACK else "handing back",
+                "acknowledging" if kind == ACK else "handing back",
                 len(result.failed),
-                job.sub,
+                sub,
                 first,
-                "; they stay remembered and are acknowledged when Pub/Sub delivers them again"
-                if job.kind == ACK
-                else "",
+                "; they stay remembered and are acknowledged when Pub/Sub delivers them again" if kind == ACK else "",
             )
         return result
