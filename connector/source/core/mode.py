@@ -88,5 +88,11 @@ class Mode(Protocol):
     def gauges(self) -> dict[str, Any]:
         """Return the mode's gauges for the progress report (see :mod:`..metrics`)."""
 
-    def shutdown(self, within: float) -> None:
-        """Stop, hand held messages back where that helps the next run, at most ``within`` s."""
+    def shutdown(self, within: float) -> float:
+        """Stop, hand held messages back where that helps the next run, at most ``within`` s.
+
+        Returns the wall time until which messages this process leased (or an earlier process, as
+        far as it knows) may still be leased: 0 when every hand-back and acknowledgement was
+        answered and no Pull was left in flight, ``inf`` when unknown. The next process waits it
+        out before an empty answer proves anything (``Recovered.leased_until``).
+        """

@@ -252,12 +252,13 @@ class OffsetProtocol:
     def shutdown(self, *, within: float) -> None:
         """Stop the mode, release the stateDir (at most ``within`` s)."""
         ledger, stats = self._ledger, self._stats
+        leased_until = float("inf") if self._begun else 0.0
         try:
             if self._begun:
-                self._mode.shutdown(within)
+                leased_until = self._mode.shutdown(within)
         finally:
             if ledger is not None:
-                ledger.close()
+                ledger.close(leased_until=leased_until)
             if stats is not None:
                 stats.close()
 

@@ -69,6 +69,7 @@ class DriverMode:
         self._cutoff: tuple[int, float] | None = None  # AvailableNow: (cutoff us, monotonic start)
         self._planned = False  # whether this process planned a batch yet
         self._handoff: BatchServer | None = None  # batchTransfer=fetch, once started
+        self._warned_later = False
 
     @property
     def receiver(self) -> Receiver:
@@ -78,11 +79,11 @@ class DriverMode:
     # ---------------------------------------------------------------- Mode
 
     def start(self, ledger: Ledger | None, recovered: Recovered | None) -> None:
-        """Hold what an earlier process planned *before* pulling starts.
+        """Hold what an earlier process planned, and remember what it acknowledged, *before* pulling starts.
 
-        That way Pub/Sub's redeliveries of its messages are recognised as theirs; whether those
-        batches are replayed or planned anew is decided when Spark's calls show which batches it
-        knows.
+        That way Pub/Sub's redeliveries of those messages are recognised (a redelivery pulled
+        before would be planned again: a duplicate); whether the planned batches are replayed or
+        planned anew is decided when Spark's calls show which batches it knows.
         """
         opts = self._opts
         if recovered is not None and recovered.plans:
@@ -101,6 +102,8 @@ class DriverMode:
                 self._recovered[bid] = (table, chunks)
             for sub, mids, expires_in in recovered.remembered:
                 receiver.remember(sub, mids, expires_in)
+            for sub, pairs in recovered.unconfirmed:
+                receiver.remember(sub, [m for m, _ in pairs], UNPROVEN_MEMORY_SECONDS)
             if recovered.pending:
                 log.info(
                     "stateDir holds %d planned batch(es) not known to be committed: %s",
@@ -109,11 +112,12 @@ class DriverMode:
                 )
         if self._cutoff is not None:
             receiver.set_cutoff(self._cutoff[0])
+        if recovered is not None and recovered.leased_until > time.time():
+            receiver.wait_out(recovered.leased_until)
         receiver.start()
         if recovered is not None:
             assert receiver.acks is not None
             for sub, pairs in recovered.unconfirmed:
-                receiver.remember(sub, [m for m, _ in pairs], UNPROVEN_MEMORY_SECONDS)
                 receiver.acks.resend(sub, pairs)
         self._ledger = ledger
         self._receiver = receiver
@@ -162,21 +166,34 @@ class DriverMode:
     def available_now_over(self, committed: int) -> bool:
         """Wait until something is buffered or the subscriptions show they are drained.
 
-        The run is over when nothing is buffered and they are (or only later messages fill the flow
-        control).
+        The run is over when nothing is buffered and they are. Later messages that fill the flow
+        control are handed back (a delivery attempt each) to make room for the rest of the backlog:
+        a full flow control shows nothing about what still waits.
         """
         assert self._cutoff is not None
         cutoff, since = self._cutoff
         receiver = self.receiver
 
-        def ready() -> bool:
-            return (
-                receiver.buffered_count_locked() > 0
-                or receiver.quiet_locked(cutoff, since)
-                or receiver.blocked_by_later_locked()
-            )
+        def over() -> bool:
+            return receiver.buffered_count_locked() > 0 or receiver.quiet_locked(cutoff, since)
 
-        while not receiver.wait(ready, 1.0):
+        def ready() -> bool:
+            return over() or receiver.blocked_by_later_locked()
+
+        while True:
+            if receiver.wait(ready, 1.0):
+                if receiver.wait(over, 0.0):
+                    break
+                n = receiver.hand_back_later()
+                if not self._warned_later:
+                    self._warned_later = True
+                    log.warning(
+                        "Trigger.AvailableNow: messages published after the run began filled "
+                        "maxOutstandingMessages/maxOutstandingBytes before the backlog was read; %d of them were "
+                        "handed back (a delivery attempt each) to make room. Raise the bounds to avoid it",
+                        n,
+                    )
+                continue
             receiver.raise_if_failed()
             if receiver.unavailable_for() > AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:
                 raise ReceiverError(
@@ -247,14 +264,14 @@ class DriverMode:
         out["awaitingCommit"] = sum(b.messages for b in self._sealed.values())
         return out
 
-    def shutdown(self, within: float) -> None:
+    def shutdown(self, within: float) -> float:
         if self._handoff is not None:
             self._handoff.close()
         receiver = self._receiver
         if receiver is None:
-            return
+            return 0.0
         log.info("stopping: handing %d held message(s) back to Pub/Sub", receiver.flow.held_messages)
-        receiver.shutdown(hand_back=True, within=within)
+        return receiver.shutdown(hand_back=True, within=within)
 
     # ---------------------------------------------------------------- internals
 
@@ -284,6 +301,10 @@ class DriverMode:
     def _replay(self, batch_id: int) -> SealedBatch | None:
         recovered = self._recovered.pop(batch_id, None)
         if recovered is None:
+            if self._ledger is not None:
+                # Not recovered when this process started: whatever record of it appears later (a
+                # write of an earlier process that landed late) must never count.
+                self._ledger.void(batch_id)
             return None
         table, chunks = recovered
         messages = table.select(wire.MESSAGE_SCHEMA.names)

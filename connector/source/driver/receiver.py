@@ -100,7 +100,7 @@ class Receiver:
         # Pull answered, with the lock held (summing the buffer there was quadratic in a backlog).
         self._buffered = 0
         self._later: list[Chunk] = []
-        self._live: set[Chunk] = set()  # every chunk held (not done)
+        self._live: dict[Chunk, None] = {}  # every chunk held (not done), in the order received
         # Drain evidence: the newest answer of each puller (subscription, slot), as (monotonic time
         # its Pull was sent, oldest publish time of the messages it brought or None, whether
         # messages of an ordered subscription were outstanding when it was sent). One puller's
@@ -153,7 +153,7 @@ class Receiver:
                 p.start()
                 self._pullers.append(p)
 
-    def shutdown(self, *, hand_back: bool, within: float) -> None:
+    def shutdown(self, *, hand_back: bool, within: float) -> float:
         """Stop the receiver, the one way to stop: no Pull, lease or hand-back lands after this returns.
 
         Stops issuing Pulls and lease renewals, waits for the Pulls in flight (what they bring is
@@ -161,7 +161,9 @@ class Receiver:
         the next run for a whole lease), hands every held message back (``hand_back``) so that
         the next run gets them at once, and waits for what was queued to reach Pub/Sub. All of it
         within ``within`` seconds; whatever does not make it is delivered again when its lease
-        lapses, as after a crash.
+        lapses, as after a crash. Returns the wall time until which messages may still be leased
+        (see :meth:`~..core.mode.Mode.shutdown`): the shadows it knows of when all of it made it
+        (every Pull ended, every hand-back and acknowledgement answered, none failed), else ``inf``.
         """
         end = self._clock() + within
         self._stopping.set()
@@ -172,12 +174,21 @@ class Receiver:
         # Keep a second of the budget for the hand-back itself.
         for p in self._pullers:
             p.thread.join(max(0.0, end - 1.0 - self._clock()))
+        failed: list[int] = []  # hand-backs Pub/Sub refused, in part
         if hand_back:
             with self._cond:
                 chunks = list(self._live)
-            self._hand_back(chunks, total=max(0.5, end - self._clock()))
-        self.acker.flush(max(0.0, end - self._clock()))
+            self._hand_back(chunks, total=max(0.5, end - self._clock()), on_done=lambda r: failed.append(len(r.failed)))
+        flushed = self.acker.flush(max(0.0, end - self._clock()))
         self.acker.stop()
+        with self._cond:
+            still_held = bool(self._live)
+        if any(p.thread.is_alive() for p in self._pullers) or not flushed or any(failed) or still_held:
+            return float("inf")
+        now, wall = self._clock(), time.time()
+        with self._cond:
+            shadow = max(self._shadow.values(), default=0.0)
+        return wall + (shadow - now) if shadow > now else 0.0
 
     # ------------------------------------------------------------------ pullers' side
 
@@ -219,6 +230,25 @@ class Receiver:
         deadline.
         """
         self._cast_shadow(sub, sent.at + timeout)
+
+    def wait_out(self, leased_until: float) -> None:
+        """Wait out what an earlier process leased: it may be held by nobody until wall time ``leased_until``.
+
+        No later than a lease from now: it renewed its leases at most ``lease_seconds`` ahead, and
+        a Pull it had in flight leased its answer for the subscription's ack deadline (``inf``:
+        it crashed, that is as long as it can be). Until then no empty answer proves a
+        subscription drained.
+        """
+        from .pullers import PULL_TIMEOUT_SECONDS
+
+        now, wall = self._clock(), time.time()
+        with self._cond:
+            for sub in self._subs:
+                info = self._info.get(sub)
+                deadline = info.ack_deadline if info else self._lease_seconds
+                left = min(leased_until - wall, max(self._lease_seconds, deadline + PULL_TIMEOUT_SECONDS))
+                if left > 0:
+                    self._shadow[sub] = max(self._shadow.get(sub, 0.0), now + left)
 
     def _cast_shadow(self, sub: str, leased_at: float) -> None:
         """Cast a shadow on ``sub``: its messages may be leased as of ``leased_at``.
@@ -262,6 +292,7 @@ class Receiver:
             held = self._held[sub]
             keep: list[int] = []
             first: dict[str, int] = {}
+            twice: list[tuple[str, str]] = []
             # The usual response: all new, none held or remembered, no id twice. Checked and
             # indexed by C loops; anything else is sorted message by message below.
             usual = not any(seen) and held.keys().isdisjoint(mids) and len(set(mids)) == len(mids)
@@ -274,8 +305,8 @@ class Receiver:
                 elif seen[i]:
                     dropped.append(ack_ids[i])
                 elif mid in first:
-                    # Delivered twice in one response: the later ack id is the valid one.
-                    ack_ids[first[mid]] = ack_ids[i]
+                    # Delivered twice in one response: both ack ids go with the message.
+                    twice.append((mid, ack_ids[i]))
                     again += 1
                 else:
                     first[mid] = i
@@ -293,7 +324,9 @@ class Receiver:
                     else:
                         self._buffer.append(c)
                         self._buffered += len(c)
-            self._live.update(new)
+                for mid, ack_id in twice:
+                    held[mid].refresh(mid, ack_id, proven)
+            self._live.update(dict.fromkeys(new))
             # Every message counts, new or a redelivery: an answer made of redeliveries says
             # nothing about what else the subscription still holds.
             self._answers[(sub, puller)] = (sent.at, oldest_in_answer, sent.outstanding)
@@ -421,8 +454,8 @@ class Receiver:
         for part in (head, tail):
             for mid in part.message_ids:
                 held[mid] = part
-        self._live.discard(c)
-        self._live.update((head, tail))
+        self._live.pop(c, None)
+        self._live.update(dict.fromkeys((head, tail)))
         self.leaser.discard([c])
         for part in (head, tail):
             if not part.given_up:
@@ -448,7 +481,7 @@ class Receiver:
                     continue
                 c.state = DONE
                 live.append(c)
-                self._live.discard(c)
+                self._live.pop(c, None)
                 held = self._held[c.sub]
                 for mid in c.message_ids:
                     if held.get(mid) is c:
@@ -465,13 +498,15 @@ class Receiver:
         self.flow.release(m, b)
         return live
 
-    def _hand_back(self, chunks: Iterable[Chunk], total: float | None = None) -> int:
+    def _hand_back(
+        self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
+    ) -> int:
         live = self._release(chunks)
         by_sub: dict[str, list[str]] = {}
         for c in live:
             by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
         for sub, ids in by_sub.items():
-            self.acker.submit(Job(NACK, sub, ids, total=total))
+            self.acker.submit(Job(NACK, sub, ids, on_done=on_done, total=total))
         n = sum(len(c) for c in live)
         self.counters.add("handedBack", n)
         return n
@@ -488,7 +523,7 @@ class Receiver:
                 held = self._held.setdefault(c.sub, {})
                 for mid in c.message_ids:
                     held[mid] = c
-                self._live.add(c)
+                self._live[c] = None
         m, b = total(chunks)
         self.flow.add(m, b, max((c.largest for c in chunks), default=0))
         # A stale chunk whose messages come back gets fresh ack ids: lease it like any other.
@@ -549,6 +584,16 @@ class Receiver:
     def blocked_by_later_locked(self) -> bool:
         """AvailableNow: nothing buffered and no room to pull, all of it held by later messages."""
         return not self._buffer and bool(self._later) and self.flow.full()
+
+    def hand_back_later(self) -> int:
+        """AvailableNow: hand back what was published after the cutoff, to make room to pull the rest.
+
+        Each is a delivery attempt, so it happens only when later messages fill the flow control
+        and nothing shows the subscriptions drained. Returns how many.
+        """
+        with self._cond:
+            later, self._later = self._later, []
+        return self._hand_back(later)
 
     def buffered_count_locked(self) -> int:
         return self._buffered

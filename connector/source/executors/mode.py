@@ -160,6 +160,7 @@ class ExecutorsMode:
         self._acker.start()
         self._leaser.start()
         for sub, pairs in recovered.unconfirmed:  # acknowledge again: they may still work
+            self._remembered.add(sub, [m for m, _ in pairs], time.monotonic() + UNPROVEN_MEMORY_SECONDS)
             self._acks.resend(sub, pairs)
         with self._lock:
             self._plans.update({bid: Plan.of(raw) for bid, raw in recovered.plans.items()})
@@ -314,19 +315,25 @@ class ExecutorsMode:
             "oldestUnackedAgeSeconds": round((now_us - oldest) / 1e6, 3) if oldest is not None else 0.0,
         }
 
-    def shutdown(self, within: float) -> None:
+    def shutdown(self, within: float) -> float:
         """Stop leasing; let queued acknowledgements reach Pub/Sub (at most ``within`` s).
 
         Recorded slices are not handed back: Spark replays their batch from them, and what the
-        next run pulls again of them is recognised.
+        next run pulls again of them is recognised. Clean only when none was held.
         """
         end = time.monotonic() + within
         self._stop.set()
         if self._leaser is not None:
             self._leaser.stop(timeout=min(1.0, within))
+        flushed = True
         if self._acker is not None:
-            self._acker.flush(max(0.0, end - time.monotonic()))
+            flushed = self._acker.flush(max(0.0, end - time.monotonic()))
             self._acker.stop()
+        with self._lock:
+            held = bool(self._slices) or bool(self._later)
+        if held or not flushed:
+            return float("inf")
+        return max(self._shadow.values(), default=0.0)
 
     # ---------------------------------------------------------------- slices
 

@@ -93,7 +93,7 @@ class Acknowledgements:
             mids = [m for c in cs for m in c.message_ids]
             n += len(mids)
             gen = self.remembered.add(sub, mids, now + max(self._proven_memory, ANSWER_WINDOW_SECONDS))
-            ack_ids = [a for c in cs for a in c.ack_ids]
+            ack_ids = [a for c in cs for a in c.all_ack_ids()]
             self.acker.submit(Job(ACK, sub, ack_ids, on_done=self._answer(sub, cs, gen, commit)))
         self._counters.add("acknowledged", n)
         return n
@@ -101,13 +101,11 @@ class Acknowledgements:
     def resend(self, sub: str, pairs: Sequence[tuple[str, str]]) -> None:
         """Acknowledge again messages an earlier process could not prove acknowledged.
 
-        Their ack ids are probably stale: the messages stay remembered until Pub/Sub delivers them
-        again.
+        Their ack ids are probably stale, so the caller remembers the messages first (for
+        ``unproven_memory``), before anything is pulled: a redelivery is then recognised.
         """
-        if not pairs:
-            return
-        self.remembered.add(sub, [m for m, _ in pairs], self._clock() + self._unproven_memory)
-        self.acker.submit(Job(ACK, sub, [a for _, a in pairs]))
+        if pairs:
+            self.acker.submit(Job(ACK, sub, [a for _, a in pairs]))
 
     def _answer(
         self, sub: str, chunks: list[Chunk], gen: Generation | None, commit: _Commit
@@ -117,16 +115,19 @@ class Acknowledgements:
             exactly_once = sub in self._exactly_once
             failed = result.failed
             unproven: list[tuple[str, str, str]] = []
+            n_failed = 0
             for c in chunks:
                 # The usual chunk: every ack id answered OK while its lease was proven alive.
                 if not failed and not c.stale and (exactly_once or answered < c.proven_until):
                     continue
                 for i, (m, a) in enumerate(zip(c.message_ids, c.ack_ids)):
-                    if a in failed or i in c.stale or not (exactly_once or answered < c.proven_until):
+                    gone = bool(failed) and c.failed(i, failed)
+                    n_failed += gone
+                    if gone or i in c.stale or not (exactly_once or answered < c.proven_until):
                         unproven.append((sub, m, a))
             total = sum(len(c) for c in chunks)
             self._counters.add("ackConfirmed", total - len(unproven))
-            self._counters.add("ackFailed", sum(1 for c in chunks for a in c.ack_ids if a in failed) if failed else 0)
+            self._counters.add("ackFailed", n_failed)
             self._counters.add("ackStale", sum(len(c.stale) for c in chunks))
             if unproven:
                 self.remembered.add(sub, [m for _, m, _ in unproven], answered + self._unproven_memory)

@@ -38,6 +38,7 @@ class Chunk:
         "_pos",
         "ack_ids",
         "batch",
+        "earlier",
         "first_received",
         "given_up",
         "largest",
@@ -71,6 +72,11 @@ class Chunk:
         # Indexes whose ack id came from an earlier process (recovered from stateDir): acking them
         # is likely to have no effect, and leasing them certainly has none.
         self.stale: set[int] = set(range(len(message_ids))) if stale else set()
+        # Other ack ids of messages delivered to this process more than once while held, by index.
+        # Which delivery is the newest (the one whose ack id acts) can't be told from the order
+        # the answers arrive in (two Pulls may cross), so every one is extended, acknowledged and
+        # handed back with the message.
+        self.earlier: dict[int, list[str]] = {}
         self.batch = batch
         self.nbytes = nbytes
         self.largest = largest
@@ -93,13 +99,17 @@ class Chunk:
         return f"Chunk({self.sub.rsplit('/', 1)[-1]}, {len(self)} messages, {self.nbytes} B, {self.state})"
 
     def refresh(self, message_id: str, ack_id: str, proven_until: float) -> None:
-        """Take a new delivery of a held message: only its newest ack id is valid from now on.
+        """Take another delivery of a held message (Pub/Sub delivered it again while it was held).
 
-        It comes with the lease its own Pull proves (``proven_until``).
+        It comes with the lease its own Pull proves (``proven_until``). An ack id of this process's
+        earlier delivery is kept beside it (see ``earlier``); one recovered from an earlier process
+        is dropped.
         """
         if self._pos is None:
             self._pos = {m: i for i, m in enumerate(self.message_ids)}
         i = self._pos[message_id]
+        if i not in self.stale and self.ack_ids[i] != ack_id:
+            self.earlier.setdefault(i, []).append(self.ack_ids[i])
         self.ack_ids[i] = ack_id
         # The chunk's proof now holds for the weakest of its ack ids; a chunk whose ack ids were
         # all stale takes the new one's.
@@ -112,10 +122,21 @@ class Chunk:
         return index not in self.stale and at < self.proven_until
 
     def fresh_ack_ids(self) -> list[str]:
-        """Ack ids delivered to this process (the ones worth a lease extension)."""
-        if not self.stale:
-            return list(self.ack_ids)
-        return [a for i, a in enumerate(self.ack_ids) if i not in self.stale]
+        """Ack ids delivered to this process (the ones worth a lease extension or a hand-back)."""
+        fresh = list(self.ack_ids) if not self.stale else [a for i, a in enumerate(self.ack_ids) if i not in self.stale]
+        return fresh + [a for ids in self.earlier.values() for a in ids] if self.earlier else fresh
+
+    def all_ack_ids(self) -> list[str]:
+        """Every ack id of the messages (to acknowledge them)."""
+        return list(self.ack_ids) + [a for ids in self.earlier.values() for a in ids] if self.earlier else self.ack_ids
+
+    def ids_of(self, index: int) -> list[str]:
+        """Return the ack ids of message ``index``: its newest known, then those of earlier deliveries."""
+        return [self.ack_ids[index], *self.earlier.get(index, ())]
+
+    def failed(self, index: int, failed: dict[str, str]) -> bool:
+        """Whether every ack id of message ``index`` is in ``failed`` (one that acted is enough)."""
+        return all(a in failed for a in self.ids_of(index))
 
     def split(self, n: int) -> tuple[Chunk, Chunk]:
         """Split into the first ``n`` messages and the rest, as two chunks with the same lease state."""
@@ -128,6 +149,7 @@ class Chunk:
                 self.sub, self.message_ids[lo:hi], self.ack_ids[lo:hi], part, nbytes, largest, self.first_received
             )
             c.stale = {i - lo for i in self.stale if lo <= i < hi}
+            c.earlier = {i - lo: ids for i, ids in self.earlier.items() if lo <= i < hi}
             c.lease_until, c.renew_at, c.given_up, c.state = self.lease_until, self.renew_at, self.given_up, self.state
             c.proven_until = self.proven_until
             out.append(c)

@@ -26,7 +26,8 @@ from .chunks import DONE, Chunk
 
 log = logging.getLogger("crdb_pubsub.leaser")
 
-TICK_SECONDS = 0.1
+TICK_SECONDS = 0.1  # the finest step between renewal rounds
+IDLE_SECONDS = 1.0  # the longest sleep between rounds (a round also looks for chunks to give up)
 RENEW_FRACTION = (0.5, 0.7)
 MIN_SLACK_SECONDS = 1.0
 
@@ -61,8 +62,11 @@ class Leaser:
         self._clock = clock
         self._name = name
         self._lock = threading.Lock()
-        self._chunks: set[Chunk] = set()
+        # Insertion-ordered (a dict, not a set of objects hashed by address): renewals go out in
+        # the order chunks were added, the same in every run.
+        self._chunks: dict[Chunk, None] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by add() and stop(): the next round may be due sooner
         self._thread: threading.Thread | None = None
         self._warned = False
 
@@ -81,17 +85,19 @@ class Leaser:
                 self._schedule(c, granted, now)
                 if renew_now:
                     c.renew_at = now
-                self._chunks.add(c)
+                self._chunks[c] = None
+        self._wake.set()
 
     def add_scheduled(self, chunk: Chunk) -> None:
         """Lease a chunk that already carries its lease state (one half of a split chunk)."""
         with self._lock:
-            self._chunks.add(chunk)
+            self._chunks[chunk] = None
+        self._wake.set()
 
     def discard(self, chunks: list[Chunk]) -> None:
         with self._lock:
             for c in chunks:
-                self._chunks.discard(c)
+                self._chunks.pop(c, None)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -100,6 +106,7 @@ class Leaser:
     def stop(self, timeout: float = 2.0) -> None:
         """Stop renewing; once this returns no renewal is sent (a hand-back can follow safely)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -115,30 +122,46 @@ class Leaser:
             self._send(sub, cs, seconds)
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
+        # A round runs when the earliest renewal is due (not sooner than a tick apart, not later
+        # than IDLE_SECONDS), or at once when chunks are added.
+        sleep = TICK_SECONDS
+        while True:
+            self._wake.wait(sleep)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self._tick()
+                next_due = self._tick()
             except Exception:
                 log.exception("lease renewal round failed")
+                next_due = None
+            left = IDLE_SECONDS if next_due is None else next_due - self._clock()
+            sleep = min(IDLE_SECONDS, max(TICK_SECONDS, left))
 
-    def _tick(self) -> None:
+    def _tick(self) -> float | None:
+        """Renew what is due; return when the next renewal is due (``None``: nothing is leased)."""
         now = self._clock()
         due: dict[str, list[Chunk]] = {}
         given_up = 0
+        next_due: float | None = None
         with self._lock:
             for c in list(self._chunks):
                 if c.state == DONE:
-                    self._chunks.discard(c)
+                    del self._chunks[c]
                     continue
-                if c.given_up or c.renew_at > now:
+                if c.given_up:
+                    continue
+                if c.renew_at > now:
+                    next_due = c.renew_at if next_due is None else min(next_due, c.renew_at)
                     continue
                 if now - c.first_received + self._lease_seconds > self._max_lease_seconds:
                     c.given_up = True
                     given_up += len(c)
-                    self._chunks.discard(c)
+                    del self._chunks[c]
                     continue
                 due.setdefault(c.sub, []).append(c)
                 self._schedule(c, float(self._lease_seconds), now)
+                next_due = c.renew_at if next_due is None else min(next_due, c.renew_at)
         if given_up:
             self._on_given_up(given_up)
             if not self._warned:
@@ -150,8 +173,9 @@ class Leaser:
                 )
         for sub, chunks in due.items():
             if self._stop.is_set():
-                return
+                return next_due
             self._send(sub, chunks, self._lease_seconds)
+        return next_due
 
     def _send(self, sub: str, chunks: list[Chunk], seconds: int) -> None:
         ids = [a for c in chunks for a in c.fresh_ack_ids()]
@@ -167,7 +191,8 @@ class Leaser:
                 if c.state == DONE:
                     continue  # acknowledged meanwhile: its renewal counts for nothing
                 mine = c.fresh_ack_ids()
-                ok = not any(a in failed for a in mine) if failed else True
+                # Extended when, of each message, an ack id was (the others are earlier deliveries').
+                ok = not failed or not any(c.failed(i, failed) for i in range(len(c)) if i not in c.stale)
                 if ok:
                     extended += len(mine)
                     if answered < c.proven_until:

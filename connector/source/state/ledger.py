@@ -67,6 +67,9 @@ LOCK_MARGIN_SECONDS = 3.0
 TAKEOVER_AFTER_SECONDS = 8.0
 KILL_AFTER_SECONDS = 5.0
 PRUNE_EVERY_SECONDS = 30.0
+# Recovery looks for batch ids past the newest one a listing shows until this many in a row have no
+# object (a batch id skips ahead by a few at most: one is planned per offset request).
+LOOKAHEAD = 32
 
 
 class StateDirError(RuntimeError):
@@ -82,6 +85,14 @@ class Recovered:
     unconfirmed: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
     newest_commit: int = -1  # the newest batch whose commit was recorded
     plans: dict[int, dict] = field(default_factory=dict)  # receiver=executors: batch id -> plan, uncommitted
+    # Wall time until which messages an earlier process leased may still be leased, held by
+    # nobody (0: none; inf: unknown, it crashed): until then an empty answer proves nothing.
+    leased_until: float = 0.0
+
+
+def _id(key: str) -> int | None:
+    head = key.rsplit("/", 1)[1].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _batch(bid: int) -> str:
@@ -249,20 +260,38 @@ class Ledger:
         except StateDirError:
             return None
 
-    def close(self) -> None:
-        """Release the stateDir (no write happens after this)."""
+    def close(self, *, leased_until: float = 0.0) -> None:
+        """Release the stateDir (no write happens after this).
+
+        ``leased_until``: the wall time until which messages this process (or one before it) leased
+        may still be leased (a hand-back that did not land, a Pull answered too late; ``inf``:
+        unknown); the next process waits it out before it takes an empty answer as proof.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         try:
-            self._lease.release()
+            self._lease.release(note={"leased_until": leased_until if leased_until != float("inf") else None})
         except Exception as exc:  # noqa: BLE001 - the lease expires anyway
             log.warning(
                 "releasing the stateDir %s failed (%s); the next process takes it over when it expires",
                 self._where,
                 exc,
             )
+
+    def _predecessor_leases(self) -> float:
+        """Return until when messages the previous holder (or one before it) leased may still be leased.
+
+        Wall time; ``inf`` when unknown (it did not release the stateDir: it crashed or froze).
+        """
+        previous = self._lease.previous
+        if previous is None:
+            return 0.0
+        if not previous.get("released"):
+            return float("inf")
+        until = previous.get("leased_until", 0.0)  # absent: released by a version that did not say
+        return float("inf") if until is None else float(until)
 
     def _fenced(self, write: Callable[[], object]) -> object:
         """Run one write while holding the lease; a process that lost it must not write."""
@@ -373,6 +402,20 @@ class Ledger:
         except ValueError:
             raise StateDirError(f"stateDir {self._where}: the plan of batch {batch_id} is unreadable") from None
 
+    def void(self, batch_id: int) -> None:
+        """Make batch ``batch_id`` empty for good: any record of it is replaced by an empty one.
+
+        For a batch Spark replays that this process did not recover when it started: a record that
+        appears later (an earlier process's write that landed late) must never be replayed or
+        acknowledged by anyone, so an empty record takes its place (write-once: nothing can land
+        there afterwards).
+        """
+        key = _batch(batch_id)
+        self._fenced(lambda: self._lease.delete([key]))
+        self._create(key, _ipc(BATCH_SCHEMA.empty_table(), BATCH_SCHEMA))
+        with self._lock:
+            self._pending.add(key)
+
     def drop(self, batch_ids: Sequence[int]) -> None:
         """Forget planned batches that Spark never recorded (their messages are planned anew)."""
         keys = [_batch(b) for b in batch_ids]
@@ -457,10 +500,36 @@ class Ledger:
 
     # ---------------------------------------------------------------- reading
 
+    def _keys(self) -> tuple[list[str], list[str], list[str]]:
+        """Return the keys of ``acked/``, ``plans/`` and ``batches/``: listed, then looked for by exact name.
+
+        A listing on a shared file system may be a snapshot a few seconds old (NFS attribute
+        caching) and miss what an earlier process wrote last, which is what recovery needs most.
+        Batch ids only grow, so what a stale listing of a folder misses lies past the newest id it
+        shows: each id after it is looked for by name until :data:`LOOKAHEAD` ids in a row have
+        nothing.
+        """
+        out = []
+        for folder, name in (("acked", _acked), ("plans", _plan), ("batches", _batch)):
+            keys = self.storage.list(f"{ROOT}/{folder}/")
+            if self.storage.listing_may_lag:
+                bid = max((i for i in map(_id, keys) if i is not None), default=-1) + 1
+                empty = 0
+                while empty < LOOKAHEAD:
+                    if self.storage.stat(name(bid)) is not None:
+                        keys.append(name(bid))
+                        empty = 0
+                    else:
+                        empty += 1
+                    bid += 1
+            out.append(keys)
+        return out[0], out[1], out[2]
+
     def recover(self) -> Recovered:
-        out = Recovered()
+        out = Recovered(leased_until=self._predecessor_leases())
         now = self._wall()
-        commits = _commits(self.storage.list(f"{ROOT}/acked/"))
+        acked_keys, plan_keys, batch_keys = self._keys()
+        commits = _commits(acked_keys)
         newest_commit = max((b for b, c in commits.items() if c.record or c.unconfirmed), default=-1)
         for bid, c in sorted(commits.items()):
             if c.unconfirmed is not None:
@@ -484,25 +553,29 @@ class Ledger:
                 self._create(_answered(bid, acked_at), b"")
         out.newest_commit = self._newest_commit = newest_commit
         stale: list[str] = []
-        for key in self.storage.list(f"{ROOT}/plans/"):
+        for key in plan_keys:
             bid = int(key.rsplit("/", 1)[1].split(".")[0])
             if bid <= newest_commit:
                 stale.append(key)
                 continue
+            data = self.storage.read(key)
+            if data is None:
+                continue  # deleted since the listing was made
             try:
-                out.plans[bid] = json.loads(self.storage.read(key) or b"")
+                out.plans[bid] = json.loads(data)
                 self._pending.add(key)
             except ValueError:
                 log.error("stateDir object %s is unreadable: batch %d's plan is planned anew", key, bid)
                 stale.append(key)
-        for key in self.storage.list(f"{ROOT}/batches/"):
+        for key in batch_keys:
             bid = int(key.rsplit("/", 1)[1].split(".")[0])
             if bid <= newest_commit:
                 stale.append(key)  # its commit was recorded; the object outlived it
                 continue
             try:
-                out.pending[bid] = _read_table(self.storage, key)
-                self._pending.add(key)
+                table = _read_table(self.storage, key)
+            except FileNotFoundError:
+                continue  # deleted since the listing was made
             except Exception as exc:  # noqa: BLE001
                 log.error(
                     "stateDir object %s is unreadable (%s): batch %d can't be replayed; Pub/Sub will deliver "
@@ -511,6 +584,10 @@ class Ledger:
                     exc,
                     bid,
                 )
+                continue
+            self._pending.add(key)
+            if table.num_rows:
+                out.pending[bid] = table
         if stale:
             self._fenced(lambda: self._lease.delete(stale))
         return out
@@ -520,6 +597,8 @@ class Ledger:
             table = _read_table(self.storage, key)
             float(table.schema.metadata[b"acked_at"])
             return table
+        except FileNotFoundError:
+            return None  # pruned since the listing was made
         except Exception as exc:  # noqa: BLE001 - an unreadable object can't help dedupe
             log.error("stateDir object %s is unreadable (%s); its messages may be delivered again", key, exc)
             return None

@@ -53,6 +53,11 @@ class Storage(Protocol):
     #: credentials.
     description: str
 
+    #: Whether a :meth:`list` may miss objects written moments ago (a shared file system's client
+    #: caches folders: NFS attribute caching). Reads by exact name are always current; a caller that
+    #: must see every object looks those up by name.
+    listing_may_lag: bool
+
     def create(self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None) -> bool:
         """Store ``data`` at ``key`` only if no object is there (write-once; first writer wins).
 
@@ -94,8 +99,10 @@ class Storage(Protocol):
     def list(self, prefix: str = "") -> list[str]:
         """Keys that start with ``prefix`` (a string prefix, not only a folder), sorted.
 
-        Strongly consistent: every create/swap that returned before the call is listed, every
-        delete that returned is not.
+        Strongly consistent unless :attr:`listing_may_lag`: every create/swap that returned before
+        the call is listed, every delete that returned is not. Where it may lag, a listing is the
+        folder as it was a few seconds ago: newer objects are missing, objects deleted since may
+        still be listed (reading one by name returns None).
         """
         ...
 

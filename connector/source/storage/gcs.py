@@ -49,6 +49,8 @@ _CONTENT_TYPE = "application/octet-stream"
 class GcsStorage:
     """Objects under ``gs://bucket/prefix`` (see the module docstring)."""
 
+    listing_may_lag = False  # Cloud Storage lists strongly consistently
+
     #: Seconds for one HTTP request (the client retries within its own deadline).
     timeout: float = 60.0
 

@@ -103,6 +103,9 @@ class Lease:
         self._lost: str | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
+        # The record of another holder that :meth:`acquire` replaced (released or not: a holder
+        # that did not release it crashed), with the note it released with.
+        self.previous: dict | None = None
 
     def __repr__(self) -> str:
         return f"Lease({self.storage.description!r}, {self.key!r}, generation={self._generation})"
@@ -118,7 +121,7 @@ class Lease:
     def expiry(self) -> float:
         return self._expiry
 
-    def _record(self, expiry: float, *, released: bool = False) -> bytes:
+    def _record(self, expiry: float, *, released: bool = False, note: dict | None = None) -> bytes:
         return json.dumps(
             {
                 "holder": {
@@ -129,6 +132,7 @@ class Lease:
                 },
                 "expiry": expiry,
                 "released": released,
+                **(note or {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -176,6 +180,7 @@ class Lease:
                         self._generation, self._expiry, self._lost = generation, expiry, None
                         if current is not None and holder.get("token") != self._token:
                             log.info("lease %s taken over from %s", self._where(), _describe(holder, record))
+                            self.previous = record
                         return self
                 continue  # someone else changed it between our read and swap: look again
             if now >= deadline:
@@ -220,11 +225,12 @@ class Lease:
                     f"and writes stop {self.margin:.0f} s before that (clock margin)"
                 )
 
-    def release(self) -> None:
+    def release(self, *, note: dict | None = None) -> None:
         """Stop renewing and give the lease up.
 
         A compare-and-swap to a released record on the generation held; it stays unreleased if
-        another process had taken it. Idempotent.
+        another process had taken it. Idempotent. ``note`` (JSON fields) is left in the record for
+        the next holder (:attr:`previous`).
 
         A released record, not a delete: the next holder takes it at once all the same, its message
         can say who released, and the CAS is one the test server enforces (fake-gcs-server 1.54.0
@@ -234,7 +240,7 @@ class Lease:
         with self._mutex:
             if self._generation is not None and self._lost is None:
                 try:
-                    self.storage.swap(self.key, self._record(self._clock(), released=True), self._generation)
+                    self.storage.swap(self.key, self._record(self._clock(), released=True, note=note), self._generation)
                 finally:
                     self._lost = "released"
                     self._generation = None

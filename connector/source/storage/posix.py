@@ -42,6 +42,9 @@ _MAGIC = b"CRDBOBJ1"
 class PosixStorage:
     """Objects as files under a folder (see the module docstring for the format and guarantees)."""
 
+    #: A folder on a shared file system (NFS, Filestore) may be listed from a client's cache.
+    listing_may_lag = True
+
     def __init__(self, path: str | os.PathLike) -> None:
         self.description = str(path)
         self.root = Path(os.path.abspath(os.path.expanduser(str(path))))

@@ -60,7 +60,7 @@ def _chunk(sizes: list[int], start: int = 0) -> Chunk:
 def _receiver_with(chunks: list[Chunk]) -> Receiver:
     r = Receiver(Rpc(object()), ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
     for c in chunks:
-        r._live.add(c)
+        r._live[c] = None
         for m in c.message_ids:
             r._held["s"][m] = c
     r.requeue(chunks)
@@ -139,8 +139,9 @@ def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
         r.ack(r.take(max_messages=1))  # "0" acknowledged; "1".."3" stay held
         assert r.acker.flush(5)
         assert rpc.acked == ["a0"]
-        # A redelivery of "0" (acknowledged), of "2" (held: its new ack id replaces the old one),
-        # "5" twice in one response (one message, the newer ack id), and "4", new.
+        # A redelivery of "0" (acknowledged), of "2" (held: its new ack id goes beside the old one,
+        # as the order answers arrive in does not tell which delivery is the newest), "5" twice in
+        # one response (one message, both ack ids), and "4", new.
         r.accept(
             "s",
             _response(
@@ -160,6 +161,38 @@ def test_accept_sorts_new_held_acknowledged_and_repeated_ids():
         assert [m for c in taken for m in c.message_ids] == ["1", "2", "3", "5", "4"]
         r.ack(taken)
         assert r.acker.flush(5)
-        assert sorted(rpc.acked) == sorted(["a0", "b0", "a1", "b2", "a3", "c5", "b4"])
+        assert sorted(rpc.acked) == sorted(["a0", "b0", "a1", "a2", "b2", "a3", "b5", "c5", "b4"])
     finally:
         r.shutdown(hand_back=False, within=1)
+
+
+def test_a_message_delivered_twice_is_leased_and_handed_back_by_every_ack_id():
+    """Two Pulls cross: Pub/Sub delivers "7" to one puller, then again to the other, and the second
+    answer is read first. Only Pub/Sub knows which delivery's ack id acts, so the lease is extended
+    and the message handed back with both (found by the simulation, seed 577 of driver/posix: the
+    receiver kept the ack id that arrived last, extended a lease that did not exist, and an
+    AvailableNow run ended while the message stayed leased to nobody)."""
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    rpc = _AnsweringRpc()
+    r = Receiver(rpc, ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
+    r.start()
+    try:
+        r.accept("s", _response([{"ack_id": "newer", "message_id": "7"}]), Reservation(1, 0))
+        r.accept("s", _response([{"ack_id": "older", "message_id": "7"}]), Reservation(1, 0))
+        (chunk,) = r.take()
+        assert sorted(chunk.fresh_ack_ids()) == ["newer", "older"]
+        extended: list[list[str]] = []
+        rpc.modify_ack_deadline = lambda sub, ids, seconds, total=None: (extended.append(list(ids)), _ok(ids))[1]
+        r.leaser.extend([chunk], 10)
+        assert sorted(extended[-1]) == ["newer", "older"]
+        r.shutdown(hand_back=True, within=2)
+        assert sorted(extended[-1]) == ["newer", "older"]  # the hand-back (ModifyAckDeadline 0)
+    finally:
+        r.shutdown(hand_back=False, within=1)
+
+
+def _ok(ids):
+    from crdb_pubsub.source.transport import AckResult
+
+    return AckResult(confirmed=list(ids))
