@@ -35,6 +35,7 @@ from ..metrics import Counters
 from ..pubsub.acker import ACK, NACK, Acker, Job
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements, Answered
 from ..pubsub.chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
+from ..pubsub.drained import Answer, Drain
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
@@ -52,7 +53,7 @@ class Receiver:
     """Pull-based receiver for one or more subscriptions.
 
     ``_cond``'s lock guards the held index (``_held``), the buffer, the AvailableNow ``_later``
-    chunks, the evidence of drained subscriptions (``_answers``, ``_shadow``), the error state,
+    chunks, the evidence of drained subscriptions (``_drain``), the error state,
     and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
     order: ``_cond``, then the flow control's, the leaser's or the remembered ids' lock (each a
     leaf); never the other way round.
@@ -101,15 +102,10 @@ class Receiver:
         self._buffered = 0
         self._later: list[Chunk] = []
         self._live: dict[Chunk, None] = {}  # every chunk held (not done), in the order received
-        # Drain evidence: the newest answer of each puller (subscription, slot), as (monotonic time
-        # its Pull was sent, oldest publish time of the messages it brought or None, whether
-        # messages of an ordered subscription were outstanding when it was sent). One puller's
-        # empty answer proves little while another's Pull may be bringing messages, so a
-        # subscription is quiet only when all its pullers' newest answers are.
-        self._answers: dict[tuple[str, int], tuple[float, int | None, bool]] = {}
-        # A Pull that timed out may have leased messages to nobody until this monotonic time: no
-        # answer to a Pull sent before it proves the subscription drained.
-        self._shadow: dict[str, float] = {}
+        # Whether the subscriptions delivered what was published until an AvailableNow cutoff
+        # (one rule for both modes: ..pubsub.drained); its slots are the pullers. The ack
+        # deadlines are filled in when the subscriptions are opened.
+        self._drain = Drain({})
         self._cutoff_us: int | None = None  # AvailableNow: later messages are held apart
         self._cutoff_at = 0.0  # monotonic time the cutoff was set: only Pulls sent since count
         self._fatal: BaseException | None = None
@@ -130,6 +126,7 @@ class Receiver:
             self._info[sub] = open_subscription(
                 self._rpc, sub, topic, subscription_filter, lease_seconds=self._lease_seconds, endpoint=self._endpoint
             )
+        self._drain = Drain({s: float(i.ack_deadline) for s, i in self._info.items()})
         self.acks = Acknowledgements(
             self.acker,
             self.remembered,
@@ -137,7 +134,7 @@ class Receiver:
             exactly_once={s for s, i in self._info.items() if i.exactly_once},
             proven_memory=PROVEN_MEMORY_SECONDS,
             unproven_memory=UNPROVEN_MEMORY_SECONDS,
-            on_unproven=lambda sub: self._cast_shadow(sub, self._clock()),
+            on_unproven=self._on_unproven,
             clock=self._clock,
         )
 
@@ -187,7 +184,7 @@ class Receiver:
             return float("inf")
         now, wall = self._clock(), time.time()
         with self._cond:
-            shadow = max(self._shadow.values(), default=0.0)
+            shadow = self._drain.latest_shadow()
         return wall + (shadow - now) if shadow > now else 0.0
 
     # ------------------------------------------------------------------ pullers' side
@@ -198,7 +195,7 @@ class Receiver:
         An AvailableNow run that found it drained pulls nothing more from it.
         """
         with self._cond:
-            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):
+            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):  # drained
                 self._cond.wait(0.5)
                 return False
         return not self._stopping.is_set()
@@ -220,7 +217,7 @@ class Receiver:
         with self._cond:
             # Once a Pull of this subscription timed out, an AvailableNow run asks with
             # return_immediately: a long Pull that timed out again would cast a new shadow.
-            immediate = self._cutoff_us is not None and sub in self._shadow
+            immediate = self._cutoff_us is not None and self._drain.shadowed(sub)
         return Sent(now, outstanding, immediate)
 
     def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
@@ -229,7 +226,14 @@ class Receiver:
         Pub/Sub may have leased messages to nobody until its deadline plus the subscription's ack
         deadline.
         """
-        self._cast_shadow(sub, sent.at + timeout)
+        with self._cond:
+            self._drain.leased_at(sub, sent.at + timeout)
+
+    def _on_unproven(self, sub: str) -> None:
+        # An acknowledgement not proven may leave its message leased (holding an ordered key's
+        # next messages back) for an ack deadline.
+        with self._cond:
+            self._drain.leased_at(sub, self._clock())
 
     def wait_out(self, leased_until: float) -> None:
         """Wait out what an earlier process leased: it may be held by nobody until wall time ``leased_until``.
@@ -248,18 +252,7 @@ class Receiver:
                 deadline = info.ack_deadline if info else self._lease_seconds
                 left = min(leased_until - wall, max(self._lease_seconds, deadline + PULL_TIMEOUT_SECONDS))
                 if left > 0:
-                    self._shadow[sub] = max(self._shadow.get(sub, 0.0), now + left)
-
-    def _cast_shadow(self, sub: str, leased_at: float) -> None:
-        """Cast a shadow on ``sub``: its messages may be leased as of ``leased_at``.
-
-        Leased to nobody, or by an acknowledgement not proven; until that lease lapses, an empty
-        answer proves nothing.
-        """
-        info = self._info.get(sub)
-        until = leased_at + (info.ack_deadline if info else self._lease_seconds)
-        with self._cond:
-            self._shadow[sub] = max(self._shadow.get(sub, 0.0), until)
+                    self._drain.shadow(sub, now + left)
 
     def accept(
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
@@ -329,7 +322,7 @@ class Receiver:
             self._live.update(dict.fromkeys(new))
             # Every message counts, new or a redelivery: an answer made of redeliveries says
             # nothing about what else the subscription still holds.
-            self._answers[(sub, puller)] = (sent.at, oldest_in_answer, sent.outstanding)
+            self._drain.answered(sub, puller, Answer(sent.at, oldest_in_answer, sent.outstanding))
             self._cond.notify_all()
         n_new, nbytes = total(new)
         # Every message of the response tells how large messages are, new or not.
@@ -371,7 +364,7 @@ class Receiver:
 
     def _answer(self, sub: str, puller: int, sent: Sent, oldest_new_us: int | None) -> None:
         with self._cond:
-            self._answers[(sub, puller)] = (sent.at, oldest_new_us, sent.outstanding)
+            self._drain.answered(sub, puller, Answer(sent.at, oldest_new_us, sent.outstanding))
             self._cond.notify_all()
 
     def _renew(self, sub: str, ack_ids: list[str], seconds: int) -> AckResult:
@@ -556,17 +549,7 @@ class Receiver:
             self._cond.notify_all()
 
     def _quiet(self, sub: str, cutoff_us: int, since: float) -> bool:
-        shadow = self._shadow.get(sub, 0.0)
-        for slot in range(PULLERS_PER_SUBSCRIPTION):
-            answer = self._answers.get((sub, slot))
-            if answer is None:
-                return False
-            sent_at, oldest, outstanding = answer
-            if sent_at < since or sent_at < shadow or outstanding:
-                return False
-            if oldest is not None and oldest <= cutoff_us:
-                return False
-        return True
+        return self._drain.quiet(sub, range(PULLERS_PER_SUBSCRIPTION), cutoff_us, since)
 
     # Predicates for :meth:`wait`, evaluated with the lock held.
 
