@@ -121,25 +121,31 @@ class Acker:
             jobs = self._take()
             if jobs is None:
                 return
-            try:
-                result = self._send(jobs[0].kind, jobs[0].sub, [a for j in jobs for a in j.ack_ids], jobs[0].total)
-                for job in jobs:
-                    if job.on_done is not None:
-                        mine = set(job.ack_ids)
-                        job.on_done(
-                            AckResult(
-                                confirmed=[a for a in result.confirmed if a in mine],
-                                failed={a: r for a, r in result.failed.items() if a in mine},
-                            )
-                            if len(jobs) > 1
-                            else result
+            self._process(jobs)
+            # Not kept alive while this sender waits for the next request: ack ids of a sender are
+            # otherwise held (four senders, four requests' worth).
+            del jobs
+
+    def _process(self, jobs: list[Job]) -> None:
+        try:
+            result = self._send(jobs[0].kind, jobs[0].sub, [a for j in jobs for a in j.ack_ids], jobs[0].total)
+            for job in jobs:
+                if job.on_done is not None:
+                    mine = set(job.ack_ids)
+                    job.on_done(
+                        AckResult(
+                            confirmed=[a for a in result.confirmed if a in mine],
+                            failed={a: r for a, r in result.failed.items() if a in mine},
                         )
-            except Exception:
-                log.exception("acknowledgement bookkeeping failed")
-            finally:
-                with self._cond:
-                    self._pending -= len(jobs)
-                    self._cond.notify_all()
+                        if len(jobs) > 1
+                        else result
+                    )
+        except Exception:
+            log.exception("acknowledgement bookkeeping failed")
+        finally:
+            with self._cond:
+                self._pending -= len(jobs)
+                self._cond.notify_all()
 
     def _send(self, kind: str, sub: str, ack_ids: list[str], total: float | None) -> AckResult:
         try:
