@@ -252,7 +252,7 @@ class OffsetProtocol:
     def shutdown(self, *, within: float) -> None:
         """Stop the mode, release the stateDir (at most ``within`` s)."""
         ledger, stats = self._ledger, self._stats
-        leased_until = float("inf") if self._begun else 0.0
+        leased_until: float | None = float("inf") if self._begun else None
         try:
             if self._begun:
                 leased_until = self._mode.shutdown(within)

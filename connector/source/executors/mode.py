@@ -3,25 +3,25 @@
 Every ``latestOffset`` plans batch ``start + 1`` without pulling anything: its :class:`~.orders.Plan`
 (partitions, limits, cutoff) is recorded once in the ledger, and a replay in any process gives the
 tasks exactly those orders (an empty batch is cheap: its tasks find nothing). A batch's messages
-are known only from the slices its tasks recorded (:mod:`.store`).
+are known only from the slices its tasks recorded and registered (:mod:`.store`).
 
 * **Leases.** A thread looks for the slices of uncommitted batches every :data:`SCAN_SECONDS`
   (a listing, best effort) and leases what it finds with the shared leaser, from the ack ids
   recorded in them, until the batch commits; a task keeps them leased itself until Spark
   consumed its rows, and once more for the driver to take over.
-* **Acknowledgements.** A proven commit of N reads every slice of every batch ``<= N`` by its exact
-  name (a missing one is an error, never a skip), acknowledges the yielded rows and the
-  redeliveries through the shared :class:`~..pubsub.acknowledgements.Acknowledgements`, records
-  the commit in the ledger and deletes the slices.
-* **Redeliveries.** Message ids that may come back (acknowledged without proof, or held in a slice
-  of an uncommitted batch) travel to the tasks in each order, compactly; before the orders of a
-  batch are built, the previous batch's acknowledgements are awaited (bounded), so that the
-  usual order carries none.
+* **Acknowledgements.** A proven commit of N reads the register of every batch ``<= N`` and the
+  slices it lists, by their exact names, acknowledges their yielded rows and redeliveries through
+  the shared :class:`~..pubsub.acknowledgements.Acknowledgements`, records the commit in the ledger
+  and deletes the slices. A slice that is not registered yielded nothing: its messages are not
+  acknowledged (a task Spark never needed, or one that died first).
+* **Redeliveries.** The driver remembers what it acknowledged (a proven acknowledgement for the
+  dedupe window, as the driver mode does, an unproven one for as long as Pub/Sub keeps a message)
+  and holds the slices of uncommitted batches; each task asks it, for exactly the messages it
+  pulled, which must not be yielded (:mod:`.seen`).
 * **AvailableNow** (4.2+): the orders carry the cutoff; later messages are recorded apart, leased,
-  and handed back once when the run ends. The run ends at the first committed batch whose every
-  task found its subscriptions drained, by evidence an empty answer alone does not give: no Pull
-  of the batch timed out within an ack deadline before, and no ordered subscription had messages
-  outstanding (see :meth:`ExecutorsMode.available_now_over`).
+  and handed back once when the run ends (or earlier, when they fill the flow control). The run ends
+  at the first committed batch whose every task found its subscriptions drained, by the rule both
+  modes share (:mod:`..pubsub.drained`), and fails when Pub/Sub stays unreachable.
 """
 
 from __future__ import annotations
@@ -38,15 +38,18 @@ import pyarrow as pa
 from ..core.mode import Limits
 from ..metrics import Counters
 from ..pubsub.acker import NACK, Acker, Job
-from ..pubsub.acknowledgements import UNPROVEN_MEMORY_SECONDS, Acknowledgements
+from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements
 from ..pubsub.chunks import DONE, Chunk
+from ..pubsub.drained import Answer, Drain
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet, Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
 from ..transport import Rpc, rpc_for
 from .orders import Plan, SliceOrder, orders_of
-from .store import LATER, SliceInfo, SliceStore
+from .seen import SeenServer
+from .store import KEEP, LATER, SliceInfo, SliceStore
+from .task import PULL_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..options import SourceOptions
@@ -54,7 +57,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("crdb_pubsub.executors")
 
 SCAN_SECONDS = 0.5
-SLICE_VISIBLE_SECONDS = 90.0  # a committed batch's slice not visible after this long is an error
 ORDERS_WAIT_SECONDS = 2.0  # for the previous batch's acknowledgements to be answered
 CLOCK_SKEW_SECONDS = 1.0  # between a task's host and the driver's, when a task's wall times are read
 AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
@@ -63,21 +65,25 @@ AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 class _Slice:
     """A recorded slice the driver leases until its batch commits."""
 
-    __slots__ = ("acks", "chunks", "info", "later")
+    __slots__ = ("acks", "chunks", "info", "kept_ids", "later")
 
-    def __init__(self, chunks: list[Chunk], later: list[Chunk], info: SliceInfo, acks: pa.Table) -> None:
+    def __init__(
+        self, chunks: list[Chunk], later: list[Chunk], info: SliceInfo, acks: pa.Table, kept_ids: dict[str, IdSet]
+    ) -> None:
         self.chunks = chunks  # rows to acknowledge when the batch commits
         self.later = later  # AvailableNow: rows handed back when the run ends
         self.info = info
         self.acks = acks  # (sub, message_id, ack_id) to acknowledge: what the ledger keeps of a commit
+        self.kept_ids = kept_ids  # by subscription: the messages it yields (other batches must not)
 
 
 class ExecutorsMode:
     """The driver-side state of ``receiver=executors``.
 
-    ``_lock`` guards ``_slices``, ``_plans`` and ``_held`` (the scan thread and Spark's thread both
-    use them); it is taken under the protocol's lock, and the leaser's, the acker's and the
-    remembered ids' locks are taken under it, never the other way round.
+    ``_lock`` guards ``_slices``, ``_plans``, ``_later``, ``_drain`` and the outage clock (the scan
+    thread, the seen server's threads, the acker's callbacks and Spark's thread use them); it is
+    taken under the protocol's lock, and the leaser's, the acker's and the remembered ids' locks
+    are taken under it, never the other way round.
     """
 
     def __init__(self, options: SourceOptions, counters: Counters, *, rpc: Rpc | None = None) -> None:
@@ -93,6 +99,7 @@ class ExecutorsMode:
         self._acker: Acker | None = None
         self._acks: Acknowledgements | None = None
         self._leaser: Leaser | None = None
+        self._seen: SeenServer | None = None
         self._lock = threading.Lock()
         self._plans: dict[int, Plan] = {}  # uncommitted batches
         self._slices: dict[tuple[int, int], _Slice] = {}  # uncommitted batches' slices seen so far
@@ -101,10 +108,13 @@ class ExecutorsMode:
         self._evidence: tuple[int, bool] = (-1, False)  # (newest committed batch, its drain evidence)
         self._cutoff_us: int | None = None
         self._run_from: int | None = None  # the first batch planned in this AvailableNow run
+        self._run_began = 0.0  # wall time the AvailableNow run began
         self._unanswered: set[int] = set()  # uncommitted batches whose orders were built with acks unanswered
-        # Wall time until which messages of a subscription may be leased to nobody (a Pull that
-        # timed out) or held by an acknowledgement not proven: no empty answer before proves much.
-        self._shadow: dict[str, float] = {}
+        # Shadows in wall time (the tasks' Pulls, an acknowledgement not proven, an earlier
+        # process's leases): see ..pubsub.drained.
+        self._drain = Drain({})
+        self._unavailable_since: float | None = None  # wall time: the tasks found Pub/Sub unreachable since
+        self._warned_later = False
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
 
@@ -136,6 +146,7 @@ class ExecutorsMode:
                 lease_seconds=opts.ackDeadlineSeconds,
                 endpoint=opts.endpoint_description,
             )
+        self._drain = Drain({s: float(i.ack_deadline) for s, i in self._subs.items()})
         self._ledger, self._rpc = ledger, rpc
         self._slice_store = SliceStore(ledger.storage)
         self._committed = recovered.newest_commit
@@ -146,7 +157,7 @@ class ExecutorsMode:
             self._remembered,
             self.counters,
             exactly_once={s for s, i in self._subs.items() if i.exactly_once},
-            proven_memory=0.0,
+            proven_memory=PROVEN_MEMORY_SECONDS,
             unproven_memory=UNPROVEN_MEMORY_SECONDS,
             on_unproven=self._on_unproven,
         )
@@ -157,10 +168,18 @@ class ExecutorsMode:
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
         )
+        now = time.monotonic()
+        for sub, mids, expires_in in recovered.remembered:
+            if expires_in > 0:
+                self._remembered.add(sub, mids, now + expires_in)
+        for sub, pairs in recovered.unconfirmed:
+            self._remembered.add(sub, [m for m, _ in pairs], now + UNPROVEN_MEMORY_SECONDS)
+        if recovered.leased_until > time.time():
+            self._wait_out(recovered.leased_until)
+        self._seen = SeenServer(self._seen_answer)
         self._acker.start()
         self._leaser.start()
         for sub, pairs in recovered.unconfirmed:  # acknowledge again: they may still work
-            self._remembered.add(sub, [m for m, _ in pairs], time.monotonic() + UNPROVEN_MEMORY_SECONDS)
             self._acks.resend(sub, pairs)
         with self._lock:
             self._plans.update({bid: Plan.of(raw) for bid, raw in recovered.plans.items()})
@@ -178,9 +197,22 @@ class ExecutorsMode:
         self._cutoff_us = cutoff_us
         if cutoff_us is None:
             self._run_from = None
+        else:
+            self._run_began = time.time()
 
     def check(self) -> None:
-        pass  # the tasks report Pub/Sub's refusals themselves, by failing
+        """Fail an AvailableNow run that the tasks found Pub/Sub unreachable for too long."""
+        since = self._unavailable_since
+        if (
+            self._cutoff_us is not None
+            and since is not None
+            and time.time() - since > AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS
+        ):
+            raise ReceiverError(
+                f"Pub/Sub has been unavailable to the tasks for {AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:.0f} s "
+                "while Trigger.AvailableNow was draining the backlog; nothing was acknowledged that Spark did not "
+                "commit"
+            )
 
     def first_latest(self, committed: int, limits: Limits) -> None:
         pass  # nothing is held: plans Spark never saw are reused for the batch of the same number
@@ -190,6 +222,7 @@ class ExecutorsMode:
 
         It may once a committed batch of this run shows every subscription drained.
         """
+        self.check()
         if self._run_from is None or committed < self._run_from:
             return False
         batch, drained = self._evidence
@@ -199,10 +232,13 @@ class ExecutorsMode:
         opts = self._opts
         assert self._ledger is not None
         ensure_run()
-        parts = opts.numPartitions or max(2, len(opts.subscription_paths))
+        max_messages = min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages)
+        if self._cutoff_us is not None:
+            max_messages = self._room_beside_later(max_messages)
         plan = Plan(
-            parts=parts,
-            max_messages=min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages),
+            # No more tasks than messages: each task's share is at least one (see orders_of).
+            parts=min(opts.numPartitions or max(2, len(opts.subscription_paths)), max_messages),
+            max_messages=max_messages,
             max_bytes=min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes),
             cutoff_us=self._cutoff_us,
         )
@@ -216,30 +252,29 @@ class ExecutorsMode:
         return True
 
     def inputs(self, batch_id: int) -> list[SliceOrder] | None:
+        assert self._ledger is not None and self._acker is not None and self._seen is not None
         with self._lock:
             plan = self._plans.get(batch_id)
         if plan is None:
-            assert self._ledger is not None
-            raw = self._ledger.read_plan(batch_id)
-            if raw is None:
-                return None
-            plan = Plan.of(raw)
+            # Not recovered when this process started: read by its exact name (a listing may lag),
+            # or voided, so that a plan landing late is never acted on.
+            plan = Plan.of(self._ledger.plan_or_void(batch_id))
             with self._lock:
                 self._plans[batch_id] = plan
+            if not plan.parts:
+                return None
             self.counters.add("batchesReplayed")
-        assert self._acker is not None
-        # The previous batch's acknowledgements decide what may come back: wait for their answers
-        # (they usually take milliseconds) so that the orders carry only what really may.
+        # The previous batch's acknowledgements decide what may still be held on an ordered
+        # subscription: wait for their answers (they usually take milliseconds).
         if not self._acker.flush(ORDERS_WAIT_SECONDS):
             self._unanswered.add(batch_id)
         subs = self._opts.subscription_paths
         deadlines = {s: i.ack_deadline for s, i in self._subs.items()}
         # Once a Pull of a subscription timed out, an AvailableNow run's tasks ask with
         # return_immediately: a long Pull that timed out again would cast a new shadow.
-        immediate = frozenset(s for s in subs if plan.cutoff_us is not None and s in self._shadow)
-        return orders_of(
-            batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._drop_sets(batch_id), immediate
-        )
+        with self._lock:
+            immediate = frozenset(s for s in subs if plan.cutoff_us is not None and self._drain.shadowed(s))
+        return orders_of(batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._seen.where, immediate)
 
     def known(self, after: int, upto: int) -> list[int]:
         with self._lock:
@@ -249,30 +284,45 @@ class ExecutorsMode:
         assert self._ledger is not None and self._acks is not None and self._leaser is not None
         with self._lock:
             plans = sorted(((b, p) for b, p in self._plans.items() if b <= upto), key=lambda bp: bp[0])
+        if not plans:
+            return  # nothing this process planned or recovered (batch 0 is the initial offset, no batch)
         batches = [b for b, _ in plans]
         done: list[_Slice] = []
+        stale_later: list[Chunk] = []  # held apart for an AvailableNow run that is over
         evidence = True
         for bid, plan in plans:
-            slices = [self._slice(bid, p) for p in range(plan.parts)]
-            done.extend(slices)
+            registered = self._store.registered(bid) if plan.parts else []
+            slices = {p: self._slice(bid, p) for p in registered if p < plan.parts}
+            done.extend(slices.values())
+            if plan.cutoff_us is not None:
+                self._shadow_unregistered(bid, plan, set(registered))
+            if plan.cutoff_us != self._cutoff_us:
+                stale_later.extend(c for s in slices.values() for c in s.later)
             if bid == upto:
-                evidence = self._drained(bid, slices)
+                evidence = self._drained(bid, plan, slices)
+            self._note_availability(slices.values())
         with self._lock:
             for bid in batches:
                 del self._plans[bid]
+            unregistered = [s for (b, _), s in self._slices.items() if b <= upto and s not in done]
             for key in [k for k in self._slices if k[0] <= upto]:
                 del self._slices[key]
+        # A slice that was leased but not registered yielded nothing (its task died first, or Spark
+        # did not need it): its messages go back to Pub/Sub, never acknowledged.
+        self._hand_back([c for s in unregistered for c in s.chunks + s.later], deliverable=True)
         self._unanswered = {b for b in self._unanswered if b > upto}
         self._committed = max(self._committed, upto)
         self._evidence = (upto, evidence and bool(batches) and batches[-1] == upto)
         chunks = [c for s in done for c in s.chunks]
-        later = [c for s in done for c in s.later]
+        later = [c for s in done for c in s.later if c not in stale_later]
         for c in chunks:
             c.state = DONE
         self._leaser.discard(chunks)
-        self._later.extend(later)
-        if self._cutoff_us is None and self._later:
-            self.end_available_now(0.0)  # a plan of an earlier AvailableNow run, replayed outside one
+        with self._lock:
+            self._later.extend(later)
+        # Rows held apart by the plan of an earlier AvailableNow run (replayed after a restart):
+        # published after that run began, perhaps before this one did; they go back at once.
+        self._hand_back(stale_later, deliverable=True)
         acks = pa.concat_tables([s.acks for s in done]) if done else None
         if acks is not None and acks.num_rows:
             self._ledger.committed(upto, acks)
@@ -284,25 +334,16 @@ class ExecutorsMode:
         self._acks.acknowledge(chunks, lambda unproven: ledger.answered(upto, unproven))
 
     def end_available_now(self, within: float) -> bool:
-        assert self._acker is not None and self._leaser is not None
-        later, self._later = self._later, []
-        if later:
-            for c in later:
-                c.state = DONE
-            self._leaser.discard(later)
-            by_sub: dict[str, list[str]] = {}
-            for c in later:
-                by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
-            for sub, ids in by_sub.items():
-                self._acker.submit(Job(NACK, sub, ids))
-            self.counters.add("handedBack", sum(len(c) for c in later))
+        assert self._acker is not None
+        self._hand_back_later()
         return self._acker.flush(within)
 
     def gauges(self) -> dict[str, Any]:
         with self._lock:
             slices = list(self._slices.values())
+            committed_later = sum(len(c) for c in self._later)
         held = sum(s.info.kept for s in slices)
-        later = sum(len(c) for s in slices for c in s.later) + sum(len(c) for c in self._later)
+        later = sum(len(c) for s in slices for c in s.later) + committed_later
         oldest = min((s.info.oldest_us for s in slices if s.info.oldest_us is not None), default=None)
         now_us = int(time.time() * 1_000_000)
         return {
@@ -319,10 +360,13 @@ class ExecutorsMode:
         """Stop leasing; let queued acknowledgements reach Pub/Sub (at most ``within`` s).
 
         Recorded slices are not handed back: Spark replays their batch from them, and what the
-        next run pulls again of them is recognised. Clean only when none was held.
+        next run pulls again of them is recognised. The next process waits out their leases
+        (``inf``) when some were held.
         """
         end = time.monotonic() + within
         self._stop.set()
+        if self._seen is not None:
+            self._seen.close()
         if self._leaser is not None:
             self._leaser.stop(timeout=min(1.0, within))
         flushed = True
@@ -331,36 +375,32 @@ class ExecutorsMode:
             self._acker.stop()
         with self._lock:
             held = bool(self._slices) or bool(self._later)
+            shadow = self._drain.latest_shadow()
         if held or not flushed:
             return float("inf")
-        return max(self._shadow.values(), default=0.0)
+        return shadow
 
     # ---------------------------------------------------------------- slices
 
     def _slice(self, bid: int, part: int) -> _Slice:
-        """Read slice ``part`` of committed batch ``bid`` by its exact name.
+        """Read registered slice ``part`` of committed batch ``bid`` by its exact name.
 
-        Spark committed the batch, so every task recorded (or replayed) its slice: one not visible
-        yet is waited for, and one that stays missing fails the query rather than leave its
-        messages unacknowledged and unrecognised.
+        A task registers its slice after writing it, so a registered slice that can't be read
+        means the stateDir is not one directory for every executor and the driver, or lost data:
+        the query stops rather than leave its messages unacknowledged and unrecognised.
         """
         with self._lock:
             known = self._slices.get((bid, part))
         if known is not None:
             return known
-        end = time.monotonic() + SLICE_VISIBLE_SECONDS
-        while True:
-            found = self._store.read_acks(bid, part)
-            if found is not None:
-                return self._register(bid, part, *found, lease=False)
-            if time.monotonic() >= end:
-                raise StateDirError(
-                    f"batch {bid} was committed by Spark but its slice {part} is not in the stateDir "
-                    f"({self._store.key(bid, part)}) after {SLICE_VISIBLE_SECONDS:.0f} s; its messages can't be "
-                    "acknowledged, so the query stops (is the stateDir one directory that every executor and the "
-                    "driver reach?)"
-                )
-            time.sleep(0.5)
+        found = self._store.read_acks(bid, part)
+        if found is None:
+            raise StateDirError(
+                f"batch {bid} was committed by Spark and its task {part} registered its slice, but the slice is "
+                f"not in the stateDir ({self._store.key(bid, part)}); its messages can't be acknowledged, so the "
+                "query stops (is the stateDir one directory that every executor and the driver reach?)"
+            )
+        return self._register(bid, part, *found, lease=False)
 
     def _register(self, bid: int, part: int, table: pa.Table, info: SliceInfo, *, lease: bool) -> _Slice:
         """Hold a recorded slice: its rows by role, leased until its batch commits (``lease``)."""
@@ -373,21 +413,24 @@ class ExecutorsMode:
         chunks = _chunks(table, roles != LATER, now, proven)
         later = _chunks(table, roles == LATER, now, proven)
         acks = table.filter(pa.array(roles != LATER)).select(["sub", "message_id", "ack_id"])
-        s = _Slice(chunks, later, info, acks)
+        kept_ids = {
+            sub: IdSet.of(ids)
+            for sub, ids in _by_sub(table.filter(pa.array(roles == KEEP)).select(["sub", "message_id"])).items()
+        }
+        s = _Slice(chunks, later, info, acks, kept_ids)
         with self._lock:
             have = self._slices.get((bid, part))
             if have is not None:
                 return have
             self._slices[(bid, part)] = s
+            for sub, pull in info.subs.items():
+                # A Pull of this slice that timed out may have leased messages to nobody: no empty
+                # answer to a Pull sent before its shadow ends proves the subscription drained.
+                self._drain.shadow(sub, pull.shadow_until)
         self.counters.add("received", info.kept)
         self.counters.add("redeliveriesDropped", info.rows - info.kept - sum(len(c) for c in later))
         self.counters.add("handedBack", info.handed_back)
         self.counters.add("pullErrors", info.pull_errors)
-        for sub, pull in info.subs.items():
-            # A Pull of this slice that timed out may have leased messages to nobody: no empty
-            # answer to a Pull sent before its shadow ends proves the subscription drained.
-            if pull.shadow_until > self._shadow.get(sub, 0.0):
-                self._shadow[sub] = pull.shadow_until
         if lease and self._leaser is not None:
             self._leaser.add(chunks + later, max(1.0, proven - now), renew_now=True)
         return s
@@ -405,6 +448,8 @@ class ExecutorsMode:
             plans = dict(self._plans)
             seen = set(self._slices)
         for bid, plan in sorted(plans.items()):
+            if not plan.parts:
+                continue
             for part in self._store.listed(bid):
                 if part >= plan.parts or (bid, part) in seen:
                     continue
@@ -412,55 +457,150 @@ class ExecutorsMode:
                 if found is not None and bid > self._committed:
                     self._register(bid, part, *found, lease=True)
 
-    def _drop_sets(self, batch_id: int) -> dict[str, IdSet]:
-        """Return, by subscription, the ids a task of ``batch_id`` must not yield again.
+    def _seen_answer(self, batch: int, sub: str, mids: list[str]) -> np.ndarray:
+        """Which of ``mids`` a task of ``batch`` must not yield (see :mod:`.seen`).
 
-        Those acknowledged without proof or not answered yet, or held in a slice of another
-        uncommitted batch; a slice of the same batch is checked by the task itself when it records.
+        Those acknowledged and still remembered, and those a slice of another uncommitted batch
+        yields; the slices of the same batch settle among themselves (:mod:`.store`).
         """
+        hit = np.array(self._remembered.seen(sub, mids, time.monotonic()), dtype=bool)
         with self._lock:
-            held: dict[str, list[str]] = {}
-            for (bid, _), s in self._slices.items():
-                if bid == batch_id:
-                    continue
-                for c in s.chunks:
-                    held.setdefault(c.sub, []).extend(c.message_ids)
-        now = time.monotonic()
-        out = {}
-        for sub in self._subs:
-            ids = self._remembered.ids(sub, now)
-            if sub in held:
-                ids = ids.union(IdSet.of(held[sub]))
-            if len(ids):
-                out[sub] = ids
-        return out
+            others = [s.kept_ids[sub] for (b, _), s in self._slices.items() if b != batch and sub in s.kept_ids]
+        for ids in others:
+            hit |= ids.mask(mids)
+        return hit
 
-    def _drained(self, bid: int, slices: list[_Slice]) -> bool:
-        """Return whether committed batch ``bid``'s tasks found every subscription drained.
+    def _drained(self, bid: int, plan: Plan, slices: dict[int, _Slice]) -> bool:
+        """Take committed batch ``bid``'s answers as evidence; return whether every subscription is drained.
 
-        Each ended on an empty answer (or one of only later messages) to a Pull sent after any
-        earlier Pull of it could have leased messages to nobody, with Pub/Sub reachable; and for an
-        ordered subscription, nothing of it was held when they pulled (no row kept in the batch, the
-        previous acknowledgements answered and proven).
+        By the rule both modes share (:mod:`..pubsub.drained`), over the newest answer of any task
+        of the run (one slot a subscription: the batches follow each other; a task that can't pull
+        every subscription it serves in one batch pulls them in turn). On an ordered subscription
+        an answer counts only if nothing of it was held when it came (no row kept in its batch,
+        the previous acknowledgements answered and proven). A task that found Pub/Sub unreachable
+        sets its subscription's evidence back.
         """
-        for s in slices:
-            for sub, pull in s.info.subs.items():
-                if pull.last not in ("empty", "later") or pull.unavailable:
-                    return False
-                if pull.last_sent < max(pull.shadow_until, self._shadow.get(sub, 0.0)):
-                    return False
+        subs = self._opts.subscription_paths
+        with self._lock:
+            for sub in subs:
                 info = self._subs.get(sub)
-                held = bid in self._unanswered or any(x.info.subs.get(sub, pull).kept for x in slices)
-                if info is not None and info.ordered and held:
-                    return False
-        return bool(slices)
+                held = bid in self._unanswered or any(
+                    s.info.subs.get(sub) is not None and s.info.subs[sub].kept for s in slices.values()
+                )
+                outstanding = bool(info is not None and info.ordered and held)
+                for s in slices.values():
+                    pull = s.info.subs.get(sub)
+                    if pull is None or not (pull.answered or pull.unavailable):
+                        continue
+                    sent = pull.last_sent if pull.answered else s.info.pulled_at
+                    oldest = 0 if pull.unavailable else pull.last_oldest_us  # 0: not evidence
+                    self._drain.answered(sub, 0, Answer(sent, oldest, outstanding))
+            if plan.cutoff_us is None:
+                return False
+            return all(self._drain.quiet(sub, [0], plan.cutoff_us, self._run_began) for sub in subs)
+
+    def _shadow_unregistered(self, bid: int, plan: Plan, registered: set[int]) -> None:
+        """AvailableNow: a task that started pulling and did not register may have died holding leases.
+
+        What it pulled stays leased, to nobody, for up to a lease: no answer before then proves
+        its subscriptions drained.
+        """
+        subs = self._opts.subscription_paths
+        for p in range(plan.parts):
+            if p not in registered and self._store.claimed(bid, p):
+                until = time.time() + self._opts.ackDeadlineSeconds
+                with self._lock:
+                    for sub in plan.subscriptions(p, subs):
+                        self._drain.shadow(sub, until)
+
+    def _note_availability(self, slices: Any) -> None:
+        """Keep when the tasks last found Pub/Sub reachable (an AvailableNow run fails after too long without)."""
+        reports = [
+            pull.unavailable for s in slices for pull in s.info.subs.values() if pull.answered or pull.unavailable
+        ]
+        if not reports:
+            return
+        if any(reports):
+            if self._unavailable_since is None:
+                self._unavailable_since = min(s.info.pulled_at for s in slices)
+        else:
+            self._unavailable_since = None
+
+    def _room_beside_later(self, max_messages: int) -> int:
+        """AvailableNow: the messages a batch may take beside the later ones held.
+
+        Later messages count against ``maxOutstandingMessages`` until the run ends; when they take
+        half of it, they are handed back (a delivery attempt each) to make room for the rest of the
+        backlog, as the driver mode does.
+        """
+        bound = self._opts.maxOutstandingMessages
+        with self._lock:
+            later = sum(len(c) for c in self._later) + sum(len(c) for s in self._slices.values() for c in s.later)
+        if later * 2 >= bound:
+            n = self._hand_back_later()
+            if n and not self._warned_later:
+                self._warned_later = True
+                log.warning(
+                    "Trigger.AvailableNow: messages published after the run began filled half of "
+                    "maxOutstandingMessages before the backlog was read; %d of them were handed back (a delivery "
+                    "attempt each) to make room. Raise the bound to avoid it",
+                    n,
+                )
+            later = 0
+        return max(1, min(max_messages, bound - later))
+
+    def _hand_back_later(self) -> int:
+        """Hand back the later rows of committed batches (AvailableNow); return how many."""
+        with self._lock:
+            later, self._later = self._later, []
+        return self._hand_back(later)
+
+    def _hand_back(self, chunks: list[Chunk], *, deliverable: bool = False) -> int:
+        """Stop leasing ``chunks`` and hand them back to Pub/Sub (ModifyAckDeadline 0); return how many.
+
+        ``deliverable``: they may be older than an AvailableNow cutoff: no answer to a Pull sent
+        before now proves their subscription drained.
+        """
+        assert self._acker is not None and self._leaser is not None
+        if not chunks:
+            return 0
+        if deliverable:
+            now = time.time()
+            with self._lock:
+                for sub in {c.sub for c in chunks}:
+                    self._drain.shadow(sub, now)
+        for c in chunks:
+            c.state = DONE
+        self._leaser.discard(chunks)
+        by_sub: dict[str, list[str]] = {}
+        for c in chunks:
+            by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
+        for sub, ids in by_sub.items():
+            self._acker.submit(Job(NACK, sub, ids))
+        n = sum(len(c) for c in chunks)
+        self.counters.add("handedBack", n)
+        return n
 
     def _on_unproven(self, sub: str) -> None:
         # An acknowledgement not proven may leave its message leased, holding an ordered key's
         # next messages back until the lease lapses: no empty answer before then proves "drained".
-        info = self._subs.get(sub)
-        until = time.time() + (info.ack_deadline if info else self._opts.ackDeadlineSeconds)
-        self._shadow[sub] = max(self._shadow.get(sub, 0.0), until)
+        with self._lock:
+            self._drain.leased_at(sub, time.time())
+
+    def _wait_out(self, leased_until: float) -> None:
+        """Wait out an earlier process's leases: its messages may be held by nobody until wall time ``leased_until``."""
+        now = time.time()
+        window = self._opts.ackDeadlineSeconds
+        with self._lock:
+            for sub, info in self._subs.items():
+                self._drain.shadow(sub, min(leased_until, now + max(window, info.ack_deadline + PULL_TIMEOUT_SECONDS)))
+
+
+def _by_sub(table: pa.Table) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for sub, mid in zip(table.column("sub").to_pylist(), table.column("message_id").to_pylist()):
+        out.setdefault(sub, []).append(mid)
+    return out
 
 
 def _chunks(table: pa.Table, mask: np.ndarray, now: float, proven: float) -> list[Chunk]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-from ..pubsub.remembered import IdSet
+from dataclasses import dataclass
 
 MAX_TASK_PULL_SECONDS = 5.0
 TASK_PULL_FRACTION = 0.4  # of the shortest subscription ack deadline: leases outlive the pull
@@ -61,9 +59,12 @@ class SliceOrder:
     # Pull with return_immediately: an AvailableNow run waits for a timed-out Pull's shadow to pass,
     # and a long Pull that timed out again would cast a new one.
     immediate: tuple[str, ...] = ()
-    # Ids the task must not yield again (acknowledged without proof, or held in another batch's
-    # slice), by subscription: compact, and only those of the task's subscriptions.
-    drop: dict[str, IdSet] = field(default_factory=dict)
+    # Where the task asks which of the messages it pulled it must not yield (:mod:`.seen`): the
+    # driver-side reader's addresses and token.
+    seen: tuple[tuple[str, ...], str] | None = None
+
+    def __repr__(self) -> str:  # the token stays out of plan strings and logs
+        return f"SliceOrder(batch={self.batch_id}, index={self.index}, parts={self.parts})"
 
 
 def orders_of(
@@ -72,7 +73,7 @@ def orders_of(
     subs: list[str],
     deadlines: dict[str, int],
     lease_seconds: int,
-    drop: dict[str, IdSet],
+    seen: tuple[tuple[str, ...], str] | None,
     immediate: frozenset[str] = frozenset(),
 ) -> list[SliceOrder]:
     """Return the orders of ``plan``'s tasks."""
@@ -87,14 +88,15 @@ def orders_of(
                 index=i,
                 parts=plan.parts,
                 subscriptions=mine,
-                max_messages=max(1, math.ceil(plan.max_messages / plan.parts)),
+                # Each task's count share, the plan's count exactly (the plan has no more tasks than messages).
+                max_messages=plan.max_messages // plan.parts + (i < plan.max_messages % plan.parts),
                 max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
                 seconds=seconds,
                 deadlines={s: deadlines.get(s, 10) for s in mine},
                 lease_seconds=lease_seconds,
                 cutoff_us=plan.cutoff_us,
                 immediate=tuple(s for s in mine if s in immediate),
-                drop={s: drop[s] for s in mine if s in drop and len(drop[s])},
+                seen=seen,
             )
         )
     return out

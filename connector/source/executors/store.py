@@ -9,11 +9,17 @@ A claim (a lease with an expiry, ``<partition>.claim``) keeps a second attempt f
 the first is alive; an attempt whose executor died is taken over once its claim expired, and its
 late write, if it wakes, is refused (the claim fences it).
 
-Every reader opens a slice by its exact name: the driver knows from a batch's plan how many slices
-it has, and a shared file system's client may not list a file another host created a moment ago
-(NFS attribute caching). Listing is used only to find slices early for leasing, best effort.
-The driver reads only the small columns (``sub``, ``message_id``, ``ack_id``, ``role``) and the
-metadata: from a memory map on POSIX, by ranged reads on Cloud Storage.
+The batch's *register* (``<batch>/register.json``, one compare-and-swap object) lists the slices in
+the order their tasks registered them; a task registers its slice after writing it and before it
+yields a row. It is what says which tasks ran: a slice that is not registered yielded nothing (its
+task died first, or Spark never needed it), so the driver neither acknowledges it nor waits for it.
+Its order settles a message that two tasks of the batch pulled (Pub/Sub may deliver a message again
+while it is leased): the task registered first yields it, the others do not, at every replay alike.
+
+Every reader opens a slice by its exact name (a shared file system's client may not list a file
+another host created a moment ago: NFS attribute caching). Listing is used only to find slices
+early for leasing, best effort. The driver reads only the small columns (``sub``, ``message_id``,
+``ack_id``, ``role``) and the metadata: from a memory map on POSIX, by ranged reads on Cloud Storage.
 """
 
 from __future__ import annotations
@@ -49,10 +55,15 @@ class SliceConflict(RuntimeError):
 
 @dataclass(frozen=True)
 class SubscriptionPull:
-    """How one task's pull of one subscription ended: the evidence of a drained subscription."""
+    """How one task's pull of one subscription ended: its part of the evidence of a drained subscription.
 
-    last: str = "none"  # the last answer: "empty", "later" (nothing before the cutoff), "messages", "none"
-    last_sent: float = 0.0  # wall time the Pull of that answer was sent
+    See :mod:`..pubsub.drained`; ``last_sent`` is wall time, ``last_oldest_us`` the oldest publish
+    time the last answer brought (``None``: nothing, or no answer at all when ``answered`` is false).
+    """
+
+    answered: bool = False  # some Pull of it was answered
+    last_sent: float = 0.0  # wall time the Pull of the last answer was sent
+    last_oldest_us: int | None = None
     shadow_until: float = 0.0  # wall time until which a timed-out or failed Pull may have leased messages
     unavailable: bool = False  # Pub/Sub could not be reached at the end
     kept: int = 0  # rows this task yields from the subscription
@@ -105,7 +116,7 @@ class SliceStore:
         """
         lease = Lease(
             self.storage,
-            f"{self._dir(batch_id)}{partition:05d}.claim",
+            self._claim(batch_id, partition),
             ttl=CLAIM_TTL_SECONDS,
             margin=CLAIM_MARGIN_SECONDS,
         )
@@ -137,6 +148,36 @@ class SliceStore:
         with source:
             return pa.ipc.open_file(source).read_all()
 
+    def claimed(self, batch_id: int, partition: int) -> bool:
+        """Whether some attempt of task ``partition`` of ``batch_id`` ever claimed its slice (it started pulling)."""
+        return self.storage.stat(self._claim(batch_id, partition)) is not None
+
+    def _claim(self, batch_id: int, partition: int) -> str:
+        return f"{self._dir(batch_id)}{partition:05d}.claim"
+
+    def register(self, batch_id: int, partition: int) -> list[int]:
+        """Register slice ``partition`` of ``batch_id`` (idempotent); return the register: the partitions in order.
+
+        Compare-and-swap on the register object, repeated when another task's registration got in
+        between.
+        """
+        key = self._register(batch_id)
+        while True:
+            found = self.storage.read_versioned(key)
+            order, version = (json.loads(found[0]), found[1]) if found is not None else ([], 0)
+            if partition in order:
+                return order
+            if self.storage.swap(key, json.dumps([*order, partition]).encode(), version) is not None:
+                return [*order, partition]
+
+    def registered(self, batch_id: int) -> list[int]:
+        """Return the partitions of ``batch_id`` whose slices were registered, in order (by exact name)."""
+        data = self.storage.read(self._register(batch_id))
+        return [] if data is None else [int(p) for p in json.loads(data)]
+
+    def _register(self, batch_id: int) -> str:
+        return f"{self._dir(batch_id)}register.json"
+
     def read_acks(self, batch_id: int, partition: int) -> tuple[pa.Table, SliceInfo] | None:
         """Return the small columns of a slice (the bodies are not read) and its metadata.
 
@@ -162,9 +203,10 @@ class SliceStore:
         return sorted(out)
 
     def forget(self, batch_id: int, parts: int) -> None:
-        """Delete the slices and claims of a committed batch (by name: no listing)."""
+        """Delete the slices, claims and register of a committed batch (by name: no listing)."""
         d = self._dir(batch_id)
-        self.storage.delete([f"{d}{p:05d}.{kind}" for p in range(parts) for kind in ("arrow", "claim")])
+        keys = [f"{d}{p:05d}.{kind}" for p in range(parts) for kind in ("arrow", "claim")]
+        self.storage.delete([*keys, self._register(batch_id)])
 
     def drop(self, upto: int) -> None:
         """Delete the slices of every batch ``<= upto`` (a listing: used once, at start)."""

@@ -1,18 +1,24 @@
-"""A task's pull: fill one slice from Pub/Sub, record it, hand back its rows.
+"""A task's pull: fill one slice from Pub/Sub, record and register it, hand back its rows.
 
-Runs in an executor's Python worker. What it pulls is written to the stateDir (:mod:`.store`)
-before any row is yielded, so the driver can lease and acknowledge it, and a retry of the task
-replays it. The task stops pulling when its share of the trigger's limits is full, when a Pull
-brings nothing (nothing older than the cutoff, in AvailableNow), or when its time is up: a
-fraction of the subscription's ack deadline.
+Runs in an executor's Python worker. What it pulls is written to the stateDir (:mod:`.store`) and
+registered in its batch's register before any row is yielded, so the driver can lease and
+acknowledge it, and a retry of the task replays it. The task stops pulling when its share of the
+trigger's limits is full, when a Pull brings nothing (nothing older than the cutoff, in
+AvailableNow), or when its time is up: a fraction of the subscription's ack deadline.
+
+The share is a soft bound: each Pull asks for what still fits (by count, and by bytes at the
+largest message seen), and everything an answer brings is kept, so a share overshoots by less than
+one answer and nothing is ever handed back for lack of room (a hand-back is a delivery attempt,
+and a message handed back and pulled again could not be told from a redelivery).
 
 While it holds messages the task keeps their leases alive (the shared :class:`~..pubsub.leaser.Leaser`:
 at once on receipt when the subscription's deadline is shorter than ``ackDeadlineSeconds``, then
 before each lapses), until Spark has consumed its rows; the driver leases them from then on. A
 message whose lease is not proven alive when the slice is recorded may have been delivered to
 another task meanwhile: it is handed back, not recorded (whoever gets it next yields it). A
-message another slice of the batch already recorded, or one the driver lists as delivered
-before, is recorded as a redelivery: acknowledged with the batch, not yielded.
+message the driver says an earlier batch yielded (or another batch's slice holds), or that this
+task pulled twice, is recorded as a redelivery: acknowledged with the batch, not yielded. Of a
+message that two tasks of the batch recorded, the one registered first yields it (:mod:`.store`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..storage import Storage, open_storage
 from ..storage.lease import Lease
 from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
+from . import seen
 from .orders import SliceOrder
 from .store import (
     CLAIM_MARGIN_SECONDS,
@@ -54,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("crdb_pubsub.task")
 
 MAX_PER_PULL = 1000  # Pub/Sub's own bound on one Pull
+FIRST_PULL_MESSAGES = 10  # before any message size is known (as the driver's flow control)
 PULL_TIMEOUT_SECONDS = 2.0
 RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive at least this much longer
 
@@ -62,35 +70,57 @@ RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive a
 def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table]:
     """Provide the messages of ``order``'s slice to yield (:data:`MESSAGE_SCHEMA`), for the ``with``.
 
-    The recorded slice if one exists, else a new one, pulled and recorded first. The leases of a new
-    slice are kept until the ``with`` ends (Spark consumed the rows), then extended once more for
-    the driver to take over.
+    The recorded slice if one exists, else a new one, pulled and recorded first; registered in
+    either case, then less what a slice registered before it yields. The leases of a new slice are
+    kept until the ``with`` ends (Spark consumed the rows), then extended once more for the driver
+    to take over.
     """
     store = SliceStore(_storage(options.stateDir or ""))
     table = store.read(order.batch_id, order.index)
     keeper: Leaser | None = None
     chunks: list[Chunk] = []
-    if table is None:
-        # Another attempt's claim is waited for until it must have expired (its executor died).
-        claim = store.claim(order.batch_id, order.index, wait=CLAIM_TTL_SECONDS + 2 * CLAIM_MARGIN_SECONDS + 5.0)
-        try:
-            table = store.read(order.batch_id, order.index)  # the other attempt may have finished meanwhile
-            if table is None:
-                table, keeper, chunks = _pull_and_record(options, order, store, claim)
-        finally:
-            claim.release()
     try:
-        kept = table.filter(pc.equal(table.column("role"), KEEP)) if table.num_rows else table
-        yield kept.select(MESSAGE_SCHEMA.names)
+        if table is None:
+            # Another attempt's claim is waited for until it must have expired (its executor died).
+            claim = store.claim(order.batch_id, order.index, wait=CLAIM_TTL_SECONDS + 2 * CLAIM_MARGIN_SECONDS + 5.0)
+            try:
+                table = store.read(order.batch_id, order.index)  # another attempt may have finished meanwhile
+                if table is None:
+                    table, keeper, chunks = _pull_and_record(options, order, store, claim)
+            finally:
+                claim.release()
+        register = store.register(order.batch_id, order.index)
+        yield _yielded(store, order, table, register)
     finally:
         if keeper is not None:
             keeper.stop(timeout=1.0)
             keeper.extend(chunks, order.lease_seconds)
 
 
+def _yielded(store: SliceStore, order: SliceOrder, table: pa.Table, register: list[int]) -> pa.Table:
+    """Return the rows to yield: the kept ones, less those a slice registered before this one keeps."""
+    if not table.num_rows:
+        return table.select(MESSAGE_SCHEMA.names)
+    keep = pc.equal(table.column("role"), KEEP).to_numpy(zero_copy_only=False)
+    earlier = register[: register.index(order.index)]
+    for p in earlier:
+        found = store.read_acks(order.batch_id, p)
+        if found is None:
+            continue  # registered, then deleted: its batch committed (a zombie attempt's replay)
+        acks, _ = found
+        theirs = acks.filter(pc.equal(acks.column("role"), KEEP))
+        for sub, ids in group_by_subscription(
+            zip(theirs.column("sub").to_pylist(), theirs.column("message_id").to_pylist())
+        ).items():
+            mine = pc.equal(table.column("sub"), sub).to_numpy(zero_copy_only=False)
+            keep &= ~(IdSet.of(ids).mask(table.column("message_id").to_pylist()) & mine)
+    return table.filter(pa.array(keep)).select(MESSAGE_SCHEMA.names)
+
+
 def _pull_and_record(
     options: SourceOptions, order: SliceOrder, store: SliceStore, claim: Lease
 ) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
+    """Pull the slice, record it (while the claim holds) and return it with its lease keeper and chunks."""
     rpc = _rpc(options)
     keeper = Leaser(
         rpc.modify_ack_deadline,
@@ -100,10 +130,16 @@ def _pull_and_record(
     )
     keeper.start()
     pulled = _Pulled(order, keeper)
+    if claim.previous is not None and not claim.previous.get("released"):
+        # An earlier attempt died while it held the claim: what it pulled stays leased, to nobody,
+        # for up to a lease. No answer before then proves a subscription drained.
+        until = time.time() + order.lease_seconds
+        for e in pulled.evidence.values():
+            e.shadow_until = max(e.shadow_until, until)
     try:
         _pull(rpc, order, pulled)
         pulled.drop_unproven(rpc)
-        pulled.mark_recorded_elsewhere(store)
+        pulled.mark_seen()
         table, info = pulled.table(), pulled.info()
         published = store.publish(claim, order.batch_id, order.index, table, info)
     except BaseException:
@@ -122,8 +158,9 @@ def _pull_and_record(
 
 @dataclass
 class _Evidence:
-    last: str = "none"
+    answered: bool = False
     last_sent: float = 0.0
+    last_oldest_us: int | None = None
     shadow_until: float = 0.0
     unavailable: bool = False
     errors: int = 0
@@ -142,12 +179,54 @@ class _Pulled:
         self.chunks: list[Chunk] = []
         self.batches: list[pa.RecordBatch] = []
         self.roles: list[np.ndarray] = []
-        self.kept = 0
+        self.kept = 0  # messages held (yielded, or held apart for the next run): what the share bounds
         self.kept_bytes = 0
+        self.largest = 0  # the largest body seen: the byte share's estimate per message
         self.handed_back = 0
         self.pulled_at: float | None = None
         self.seen: dict[str, set[str]] = {}
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
+
+    def room(self) -> int:
+        """How many messages the next Pull asks for: what fits the share's count and bytes."""
+        count = self.order.max_messages - self.kept
+        if not self.largest:
+            return max(1, min(count, FIRST_PULL_MESSAGES))
+        by_bytes = (self.order.max_bytes - self.kept_bytes) // self.largest
+        return max(1, min(count, by_bytes, MAX_PER_PULL))
+
+    def accept(self, sub: str, response: Any, sent_mono: float, sent_wall: float) -> bool:
+        """Keep one answer's messages; False when ``sub`` has nothing (more) for this slice."""
+        ack_ids, mids, batch = pulled_batch(response)
+        evidence = self.evidence[sub]
+        evidence.answered = True
+        evidence.last_sent = sent_wall
+        if not mids:
+            evidence.last_oldest_us = None
+            return False
+        n = len(mids)
+        roles = np.zeros(n, dtype=np.int8)
+        publish = batch.column(2).to_numpy()
+        evidence.last_oldest_us = int(publish.min())
+        if self.order.cutoff_us is not None:
+            roles[publish > self.order.cutoff_us] = LATER
+        # A message delivered to this task before is recorded again with its new ack id (both are
+        # acknowledged with the batch), and not yielded twice.
+        seen = self.seen.setdefault(sub, set())
+        if seen:
+            again = np.fromiter((m in seen for m in mids), dtype=bool, count=n)
+            roles[again & (roles == KEEP)] = REDELIVERY
+        seen.update(mids)
+        sizes = body_lengths(batch.column(0))
+        self.largest = max(self.largest, int(sizes.max()))
+        self.add(sub, ack_ids, mids, batch, roles, sent_mono)
+        # The share bounds what the task holds: what it yields and what it holds apart for the
+        # next run (a redelivery is acknowledged with the batch and holds nothing).
+        held = roles != REDELIVERY
+        self.kept += int(held.sum())
+        self.kept_bytes += int(sizes[held].sum())
+        # An answer of only later messages: this subscription is drained for the run.
+        return bool((roles != LATER).any())
 
     def add(
         self, sub: str, ack_ids: list[str], mids: list[str], batch: pa.RecordBatch, roles: np.ndarray, sent: float
@@ -173,6 +252,10 @@ class _Pulled:
         gone = [self.chunks[i] for i in lapsed]
         self.keeper.discard(gone)
         _hand_back(rpc, gone)
+        wall = time.time()
+        for c in gone:  # deliverable again: no answer before proves the subscription drained
+            e = self.evidence[c.sub]
+            e.shadow_until = max(e.shadow_until, wall)
         for c in gone:
             c.state = DONE
         n = sum(len(c) for c in gone)
@@ -189,35 +272,22 @@ class _Pulled:
         self.batches = [self.batches[i] for i in keep]
         self.roles = [self.roles[i] for i in keep]
 
-    def mark_recorded_elsewhere(self, store: SliceStore) -> None:
-        """Mark the messages another slice of this batch recorded as redeliveries here.
-
-        Such a message (its lease lapsed there, and Pub/Sub delivered it here) is yielded by that
-        slice: here it is a redelivery.
-        """
-        if not self.chunks:
+    def mark_seen(self) -> None:
+        """Mark as redeliveries the messages the driver says must not be yielded (:mod:`.seen`)."""
+        if self.order.seen is None or not self.chunks:
             return
-        mine = self.order.index
-        others: dict[str, list[str]] = {}
-        for p in range(self.order.parts):
-            if p == mine:
+        by_sub: dict[str, list[int]] = {}
+        for i, c in enumerate(self.chunks):
+            by_sub.setdefault(c.sub, []).append(i)
+        for sub, idx in by_sub.items():
+            asked = [(i, j) for i in idx for j in np.flatnonzero(self.roles[i] != REDELIVERY).tolist()]
+            if not asked:
                 continue
-            found = store.read_acks(self.order.batch_id, p)
-            if found is None:
-                continue
-            acks, _ = found
-            for sub, ids in group_by_subscription(
-                zip(acks.column("sub").to_pylist(), acks.column("message_id").to_pylist())
-            ).items():
-                others.setdefault(sub, []).extend(ids)
-        if not others:
-            return
-        sets = {sub: IdSet.of(ids) for sub, ids in others.items()}
-        for c, roles in zip(self.chunks, self.roles):
-            s = sets.get(c.sub)
-            if s is not None:
-                hit = s.mask(c.message_ids) & (roles == KEEP)
-                roles[hit] = REDELIVERY
+            mids = [self.chunks[i].message_ids[j] for i, j in asked]
+            answer = seen.ask(self.order.seen, self.order.batch_id, sub, mids)
+            for (i, j), drop in zip(asked, answer.tolist()):
+                if drop:
+                    self.roles[i][j] = REDELIVERY
 
     def table(self) -> pa.Table:
         if not self.chunks:
@@ -250,7 +320,9 @@ class _Pulled:
             proven_until=wall + (proven - mono),
             handed_back=self.handed_back,
             subs={
-                s: SubscriptionPull(e.last, e.last_sent, e.shadow_until, e.unavailable, kept_by_sub.get(s, 0))
+                s: SubscriptionPull(
+                    e.answered, e.last_sent, e.last_oldest_us, e.shadow_until, e.unavailable, kept_by_sub.get(s, 0)
+                )
                 for s, e in self.evidence.items()
             },
             pull_errors=sum(e.errors for e in self.evidence.values()),
@@ -277,7 +349,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
     """
     end = time.monotonic() + order.seconds
     open_subs = list(order.subscriptions)
-    turn = 0
+    # A share may fill on the first subscription's answers: the batches start with each in turn.
+    turn = order.batch_id
     while open_subs and out.kept < order.max_messages and out.kept_bytes < order.max_bytes:
         left = end - time.monotonic()
         if left <= 0:
@@ -285,20 +358,14 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
         sub = open_subs[turn % len(open_subs)]
         turn += 1
         answer = _one_pull(
-            rpc,
-            sub,
-            min(MAX_PER_PULL, order.max_messages - out.kept),
-            left,
-            out.evidence[sub],
-            order.deadlines.get(sub, 10),
-            sub in order.immediate,
+            rpc, sub, out.room(), left, out.evidence[sub], order.deadlines.get(sub, 10), sub in order.immediate
         )
         if answer is None:  # the time ran out waiting
             return
         response, sent_mono, sent_wall = answer
         if out.pulled_at is None:
             out.pulled_at = sent_wall
-        if not _accept(rpc, sub, response, order, out, sent_mono, sent_wall):
+        if not out.accept(sub, response, sent_mono, sent_wall):
             open_subs.remove(sub)
 
 
@@ -340,63 +407,6 @@ def _one_pull(
             continue
         evidence.unavailable = False
         return response, sent_mono, sent_wall
-
-
-def _accept(
-    rpc: Rpc, sub: str, response: Any, order: SliceOrder, out: _Pulled, sent_mono: float, sent_wall: float
-) -> bool:
-    """Add one answer's messages; False when ``sub`` has nothing more for this slice."""
-    ack_ids, mids, batch = pulled_batch(response)
-    evidence = out.evidence[sub]
-    evidence.last_sent = sent_wall
-    if not mids:
-        evidence.last = "empty"
-        return False
-    n = len(mids)
-    roles = np.zeros(n, dtype=np.int8)
-    publish = batch.column(2).to_numpy()
-    if order.cutoff_us is not None:
-        roles[publish > order.cutoff_us] = LATER
-    drop = order.drop.get(sub)
-    seen = out.seen.setdefault(sub, set())
-    # A message delivered before (listed by the driver, or twice to this task) is recorded to be
-    # acknowledged with its new ack id, not yielded again.
-    again = drop.mask(mids) if drop is not None else np.zeros(n, dtype=bool)
-    if seen:
-        again |= np.fromiter((m in seen for m in mids), dtype=bool, count=n)
-    seen.update(mids)
-    roles[again & (roles == KEEP)] = REDELIVERY
-    # The byte share: what does not fit goes back (at least one message, so a large one moves).
-    sizes = body_lengths(batch.column(0))
-    keep = roles == KEEP
-    room = order.max_bytes - out.kept_bytes
-    back: list[int] = []
-    if keep.any() and int(sizes[keep].sum()) > room:
-        fits = 0
-        for i in np.flatnonzero(keep).tolist():
-            size = int(sizes[i])
-            if fits and size > room:
-                back.append(i)
-                continue
-            fits += 1
-            room -= size
-    if back:
-        rpc.modify_ack_deadline(sub, [ack_ids[i] for i in back], 0, total=5.0)
-        out.handed_back += len(back)
-        take = np.setdiff1d(np.arange(n), np.array(back, dtype=np.int64))
-        batch = batch.take(pa.array(take))
-        mids = [mids[i] for i in take.tolist()]
-        ack_ids = [ack_ids[i] for i in take.tolist()]
-        roles = roles[take]
-        sizes = sizes[take]
-    out.add(sub, ack_ids, mids, batch, roles, sent_mono)
-    kept = roles == KEEP
-    out.kept += int(kept.sum())
-    out.kept_bytes += int(sizes[kept].sum())
-    before_cutoff = roles != LATER
-    evidence.last = "messages" if before_cutoff.any() else "later"
-    # An answer of only later messages: this subscription is drained for the run.
-    return bool(before_cutoff.any())
 
 
 _RPCS: dict[tuple, Rpc] = {}

@@ -67,6 +67,8 @@ LOCK_MARGIN_SECONDS = 3.0
 TAKEOVER_AFTER_SECONDS = 8.0
 KILL_AFTER_SECONDS = 5.0
 PRUNE_EVERY_SECONDS = 30.0
+VOID_PLAN = {"parts": 0, "max_messages": 0, "max_bytes": 0, "cutoff_us": None}  # a batch of no task
+
 # Recovery looks for batch ids past the newest one a listing shows until this many in a row have no
 # object (a batch id skips ahead by a few at most: one is planned per offset request).
 LOOKAHEAD = 32
@@ -260,13 +262,16 @@ class Ledger:
         except StateDirError:
             return None
 
-    def close(self, *, leased_until: float = 0.0) -> None:
+    def close(self, *, leased_until: float | None = None) -> None:
         """Release the stateDir (no write happens after this).
 
         ``leased_until``: the wall time until which messages this process (or one before it) leased
         may still be leased (a hand-back that did not land, a Pull answered too late; ``inf``:
-        unknown); the next process waits it out before it takes an empty answer as proof.
+        unknown); the next process waits it out before it takes an empty answer as proof. ``None``:
+        this process leased nothing; what the process before it left is passed on.
         """
+        if leased_until is None:
+            leased_until = self._predecessor_leases()
         with self._lock:
             if self._closed:
                 return
@@ -392,6 +397,22 @@ class Ledger:
         if self._create(key, json.dumps(plan).encode()):
             return plan
         return self.read_plan(batch_id) or plan
+
+    def plan_or_void(self, batch_id: int) -> dict:
+        """Return the plan of ``batch_id`` (by exact name), recording an empty one in its place if there is none.
+
+        For a batch Spark replays that this process did not recover: a plan that appears later (an
+        earlier process's write that landed late) must never be acted on, so the empty plan
+        (``parts`` 0: no task) takes its place, write-once.
+        """
+        found = self.read_plan(batch_id)
+        if found is not None:
+            return found
+        with self._lock:
+            self._pending.add(_plan(batch_id))
+        if self._create(_plan(batch_id), json.dumps(VOID_PLAN).encode()):
+            return dict(VOID_PLAN)
+        return self.read_plan(batch_id) or dict(VOID_PLAN)
 
     def read_plan(self, batch_id: int) -> dict | None:
         data = self.storage.read(_plan(batch_id))
