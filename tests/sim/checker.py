@@ -35,6 +35,7 @@ LOUD = {
     RunnerDied.__name__,
     SinkFails.__name__,
     "_TaskFailed",
+    "SeenUnreachable",  # a task could not reach the driver-side reader (the runner died under it)
     # The storage itself failed for longer than its client retries (a brownout the world made).
     "OSError",
     "ServiceUnavailable",
@@ -58,9 +59,19 @@ def check(rec: Record) -> Verdict:
     counts = collections.Counter(got)
     everything = {m for ids in rec.published.values() for m in ids}
 
-    lost = everything - counts.keys() - excused
+    missing = everything - counts.keys() - excused
+    acked = {m for s in rec.service.subs.values() for m, msg in s.messages.items() if msg.ever_acked}
+    lost = missing & acked  # acknowledged, never in the sink: gone for good
     if lost:
-        problems.append(f"lost {len(lost)} of {len(everything)} messages, e.g. {sorted(lost)[:5]}")
+        problems.append(
+            f"lost {len(lost)} of {len(everything)} messages (acknowledged, never in the sink), e.g. {sorted(lost)[:5]}"
+        )
+    pending = missing - acked
+    if pending and not rec.note:
+        problems.append(
+            f"{len(pending)} of {len(everything)} messages never reached the sink in {rec.end_time:.0f} s "
+            f"(not acknowledged either: the world did not converge), e.g. {sorted(pending)[:5]}"
+        )
     doubled = {m: c for m, c in counts.items() if c > 1}
     if doubled:
         where = {m: [n for n, ids in sink.batches.items() if m in ids] for m in list(doubled)[:5]}
@@ -135,6 +146,6 @@ def check(rec: Record) -> Verdict:
         problems.append(f"thread {thread} died of {type(exc).__name__}: {exc}")
     if rec.note:
         problems.append(rec.note)
-    if not rec.converged and not lost and not rec.note:
+    if not rec.converged and not missing and not rec.note:
         problems.append(f"the world did not converge within {rec.end_time:.0f} s of virtual time")
     return Verdict(problems)

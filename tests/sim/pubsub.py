@@ -39,7 +39,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.pubsub_v1.types import PullResponse
 
-from .scheduler import Process, Scheduler
+from .scheduler import Process, Scheduler, SimThread
 
 MAX_PULL = 1000
 
@@ -149,6 +149,7 @@ class SimPubSub:
         self.max_held: dict[str, int] = {}  # app name -> most messages its live processes held at once
         self.app_of: Callable[[Process | None], str | None] = lambda p: None
         self.on_call: Callable[[], None] | None = None  # before every RPC lands (the world's kill switch)
+        self.network = Process("network", host="pubsub")  # carries requests that land late
         self.watch: set[str] = set()  # message ids whose story is kept in ``story`` (replays)
         self.story: list[str] = []
 
@@ -373,21 +374,23 @@ class SimPubSub:
         if s is None:
             raise gexc.NotFound(f"Resource not found (resource={sub})")
         caller = sched.process()
+        # A long poll with nothing to deliver: the service answers empty a little before the
+        # client's deadline, or lets the deadline pass.
+        give_up = deadline - self.rng.uniform(0.0, 1.0)
         while True:
             now = sched.now
             avail = self._deliverable(s, now)
             if avail or immediately:
                 break
-            if self.rng.random() < 0.5 and now >= deadline - 1.0:
-                break
-            if now >= deadline:
+            if now >= give_up:
                 if self.terms.empty_timeout and self.rng.random() < self.terms.empty_timeout:
+                    sched.sleep(max(0.0, deadline - sched.now))
                     raise gexc.DeadlineExceeded("Deadline Exceeded")
                 break
             nxt = min(
-                (m.lease_until for m in s.messages.values() if not m.acked and m.lease_until > now), default=deadline
+                (m.lease_until for m in s.messages.values() if not m.acked and m.lease_until > now), default=give_up
             )
-            self._wait(max(0.001, min(deadline - 1.0 if deadline - 1.0 > now else deadline, nxt) - now))
+            self._wait(max(0.001, min(give_up, nxt) - now))
         picked = self._choose(s, avail, asked, sched.now) if avail else []
         late = bool(picked) and not immediately and self.terms.late_pull and self.rng.random() < self.terms.late_pull
         delivered = self._deliver(s, picked, sched.now, None if late else caller, caller)
@@ -424,22 +427,33 @@ class SimPubSub:
         if r < t.ack_dropped:
             sched.sleep(max(0.0, (timeout or 10.0) - (sched.now - start)))
             raise gexc.DeadlineExceeded(f"{kind}: the request was lost (simulated)")
-        late = r < t.ack_dropped + t.ack_late
-        if late:
-            sched.sleep((timeout or 10.0) + self.rng.uniform(0.0, 2.0 * s.ack_deadline))
-        failures: dict[str, str] = {}
-        for a in ack_ids:
-            why = act(s, s.by_ack.get(a), a) if a in s.by_ack else "PERMANENT_FAILURE_INVALID_ACK_ID"
-            if why is not None:
-                failures[a] = why
-            m = s.by_ack.get(a)
-            if m is not None and m.mid in self.watch:
-                self._tell(
-                    m, f"{kind} of {a} by {sched.process().name}: {why or 'took effect'}{' (late)' if late else ''}"
-                )
-        self._notify()
-        if late:
+        who = sched.process().name
+
+        def land(late: bool) -> dict[str, str]:
+            failures: dict[str, str] = {}
+            for a in ack_ids:
+                why = act(s, s.by_ack.get(a), a) if a in s.by_ack else "PERMANENT_FAILURE_INVALID_ACK_ID"
+                if why is not None:
+                    failures[a] = why
+                m = s.by_ack.get(a)
+                if m is not None and m.mid in self.watch:
+                    self._tell(m, f"{kind} of {a} by {who}: {why or 'took effect'}{' (late)' if late else ''}")
+            self._notify()
+            return failures
+
+        if r < t.ack_dropped + t.ack_late:
+            # It lands after the client gave up: the client's deadline passes, the request lands
+            # later (on the network's own time).
+            delay = (timeout or 10.0) + self.rng.uniform(0.0, 2.0 * s.ack_deadline)
+
+            def later() -> None:
+                sched.sleep(delay)
+                land(True)
+
+            SimThread(sched, later, name=f"late-{kind}", process=self.network).start()
+            sched.sleep(max(0.0, (timeout or 10.0) - (sched.now - start)))
             raise gexc.DeadlineExceeded(f"{kind}: answered after the deadline (simulated)")
+        failures = land(False)
         if self.rng.random() < t.ack_lost:
             raise gexc.ServiceUnavailable(f"{kind}: landed, but the answer was lost (simulated)")
         self._leg()

@@ -15,6 +15,7 @@ blocked, and any call of theirs that reaches the world raises :class:`Killed`.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import queue as _real_queue
@@ -22,7 +23,7 @@ import random as _real_random
 import threading as _real_threading
 import time as _real_time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import greenlet
@@ -83,6 +84,10 @@ class Scheduler:
         self._hub: greenlet.greenlet | None = None
         self._graveyard: list[SimThread] = []
         self.threads: list[SimThread] = []  # every thread started, in order
+        self._acting: set[SimThread] = set()  # threads calling into another process (acting_as)
+        # (virtual time, fn): called from the scheduler itself once the clock reaches the time,
+        # so that looking changes nothing (no thread, no random draw).
+        self.probes: list[tuple[float, Callable[[], None]]] = []
         self.main_thread = SimThread(self, None, name="MainThread(real)")  # never runs: lifecycle's check
 
     # ---------------------------------------------------------------- threads
@@ -135,6 +140,8 @@ class Scheduler:
                     blocked = [f"{t.name}: {t.blocked_on}" for p in self._processes() for t in p.threads if t.waiting]
                     raise Deadlock("every thread is blocked and no timer is set:\n  " + "\n  ".join(blocked))
                 at = self._timers[0][0]
+                while self.probes and self.probes[0][0] <= at:
+                    self.probes.pop(0)[1]()  # a look at the world from outside it (replays)
                 if at > max_time:
                     raise AssertionError(f"simulation passed {max_time:.0f} s of virtual time without ending")
                 self.now = max(self.now, at)
@@ -185,25 +192,38 @@ class Scheduler:
         """SIGKILL ``process``: its threads never run again; the caller, if one of them, raises :class:`Killed`.
 
         A thread of another process calling into it at that moment (the JVM in a call to the Python
-        runner) is woken: its call raises :class:`Killed`.
+        runner: :meth:`acting_as`) is woken: its call raises :class:`Killed`.
         """
         process.alive = False
         me = getattr(greenlet.getcurrent(), "thread", None)
-        for t in list(self._all):
-            if t is me or t._finished:
+        for t in process.threads:
+            if t is me or t._finished or t.process is not process:
                 continue
-            if t in process.threads and t.process is process:
-                t.waiting = False
-                t._finished = True
-                for j in t._joiners:
-                    self.wake(j)
-                self._bury(t)
-            elif t.process is process and t.waiting:
+            t.waiting = False
+            t._finished = True
+            for j in t._joiners:
+                self.wake(j)
+            self._bury(t)
+        for t in list(self._acting):
+            if t is not me and t.process is process and t.waiting:
                 t.waiting = False
                 t._woken = True
                 self._ready.append(t)
         if me is not None and me.process is process:
             raise Killed(f"{process.name} was killed")
+
+    @contextlib.contextmanager
+    def acting_as(self, process: Process) -> Iterator[SimThread]:
+        """Run the calling thread's code as ``process``'s (a call into another process: py4j to Python)."""
+        t = self.current()
+        own = t.process
+        t.process = process
+        self._acting.add(t)
+        try:
+            yield t
+        finally:
+            self._acting.discard(t)
+            t.process = own
 
     # ---------------------------------------------------------------- blocking
 

@@ -83,6 +83,7 @@ class SparkTerms:
     repeat_commit: float = 0.0
     late_commit: float = 0.0
     poll: float = 0.2  # seconds between latestOffset calls that brought nothing
+    batch_overhead: float = 0.3  # Spark's own time per micro-batch (planning, task launch, logs)
 
     @classmethod
     def draw(cls, rng: Any, *, rough: float, version: str | None = None) -> SparkTerms:
@@ -99,6 +100,7 @@ class SparkTerms:
             repeat_commit=maybe(0.2),
             late_commit=maybe(0.3),
             poll=rng.choice([0.1, 0.5, 2.0]),
+            batch_overhead=rng.choice([0.05, 0.3, 0.6]),
         )
 
     @property
@@ -165,18 +167,13 @@ class SparkApp:
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call the reader's driver-side method in the runner process (py4j to Python, in effect)."""
-        t = self.sched.current()
-        t.process = self.runner
         try:
-            return fn(*args)
+            with self.sched.acting_as(self.runner):
+                return fn(*args)
         except Killed:
-            t.process = self.jvm
             if not self.jvm.alive:
                 raise
             raise RunnerDied(f"the driver-side Python runner of {self.name} died") from None
-        finally:
-            if t.process is self.runner:
-                t.process = self.jvm
 
     # ---------------------------------------------------------------- the query
 
@@ -227,6 +224,7 @@ class SparkApp:
         if start is None:
             start = self._call(self.reader.initialOffset)
         parts = self._call(self.reader.partitions, start, end)
+        self.sched.sleep(self.terms.batch_overhead)
         rows, excused = self._run_tasks(n, parts)
         self._flush_deferred_commit()
         if self.terms.sink_fails and self.rng.random() < self.terms.sink_fails:

@@ -234,6 +234,41 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
         submit(self, job)
 
     patch(acker.Acker, "submit", submitted)
+    # receiver=executors: a task asks the driver-side reader which messages it must not yield
+    # (executors/seen.py, TCP in production): here a call, with a round trip, that fails when
+    # the reader's process is gone.
+    try:
+        import crdb_pubsub.source.executors.mode as executors_mode
+        import crdb_pubsub.source.executors.seen as seen
+    except ImportError:  # an older source without it
+        seen = None
+    if seen is not None and hasattr(seen, "ask"):
+        servers: dict[str, tuple[Any, S.Process]] = {}
+
+        class SimSeenServer:
+            def __init__(self, answer: Any) -> None:
+                self.token = f"seen-{len(servers)}"
+                self._answer = answer
+                self.addresses = ("sim:0",)
+                servers[self.token] = (self, sched.process())
+
+            @property
+            def where(self) -> tuple[tuple[str, ...], str]:
+                return self.addresses, self.token
+
+            def close(self) -> None:
+                servers.pop(self.token, None)
+
+        def ask(where: Any, batch: int, sub: str, mids: Any) -> Any:
+            sched.check()
+            sched.sleep(0.001)
+            server = servers.get(where[1])
+            if server is None or not server[1].alive:
+                raise seen.SeenUnreachable(f"the driver-side reader at {where[0]} is gone (simulated)")
+            return server[0]._answer(batch, sub, list(mids))
+
+        patch(executors_mode, "SeenServer", SimSeenServer)
+        patch(seen, "ask", ask)
     here = S._Namespace(__import__("os"), getpid=lambda: sched.process().pid)
     patch(lease, "os", here)
     patch(lease, "socket", S._Namespace(__import__("socket"), gethostname=lambda: sched.process().host))
@@ -357,6 +392,7 @@ def simulate(
     counter = [0]
 
     def publish(n: int, sub_index: int | None = None) -> None:
+        n = -(-n // len(sc.subs))  # the same traffic in all, spread over the subscriptions
         for _ in range(n):
             i = counter[0]
             counter[0] += 1
@@ -412,12 +448,24 @@ def simulate(
         return ds.streamReader(ds.schema())
 
     def wire_ids(part: Any) -> list[str]:
+        """What a partition Spark did not run would have yielded (read without going through the world)."""
+        import json
+
+        import pyarrow as pa
+
         from crdb_pubsub.source.wire import from_ipc
 
         messages = getattr(part, "messages", None)
-        if messages is None:
+        if messages is not None:
+            return from_ipc(messages).column("message_id").to_pylist()
+        order = part.order  # receiver=executors: the slice its task registered, if it did
+        d = f"v3/slices/{order.batch_id:020d}/"
+        register = store._objects.get(d + "register.json")
+        slice_ = store._objects.get(f"{d}{order.index:05d}.arrow")
+        if register is None or slice_ is None or order.index not in json.loads(register.data):
             return []
-        return from_ipc(messages).column("message_id").to_pylist()
+        table = pa.ipc.open_file(pa.BufferReader(slice_.data)).read_all()
+        return [m for m, r in zip(table.column("message_id").to_pylist(), table.column("role").to_pylist()) if r == 0]
 
     def run_app(app: SparkApp, k: int) -> None:
         app.start()
