@@ -29,6 +29,29 @@ def run_one(mode: str, storage: str, seed: int) -> tuple[int, list[str], float, 
     return seed, verdict.problems, time.perf_counter() - t0, rec.switches
 
 
+def digest(rec: object) -> str:
+    """What a world did, in a line: the sink, the acknowledgements, the clock and the scheduling."""
+    import hashlib
+    import json
+
+    sink = rec.sink
+    service = rec.service
+    acks = [(e.mid, round(e.at, 6)) for e in service.acks]
+    data = json.dumps([sink.batches, acks, round(rec.end_time, 6), rec.switches], sort_keys=True)
+    return hashlib.sha1(data.encode()).hexdigest()[:16]
+
+
+def _twice(mode: str, storage: str, seeds: range) -> int:
+    from .world import simulate
+
+    first = {s: digest(simulate(s, mode, storage)) for s in seeds}
+    differ = [s for s in reversed(seeds) if digest(simulate(s, mode, storage)) != first[s]]
+    for s in differ:
+        print(f"seed {s} did not replay the same world: {replay_command(mode, storage, s)}")
+    print(f"{len(seeds)} seeds run twice, {len(differ)} differed")
+    return 1 if differ else 0
+
+
 def _range(spec: str) -> range:
     a, _, b = spec.partition(":")
     return range(int(a), int(b))
@@ -48,15 +71,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--watch", default="", help="message ids (comma-separated) whose story to print")
+    p.add_argument("--twice", action="store_true", help="run each seed of --seeds twice and compare the two worlds")
+    p.add_argument("--finding", help="run one pinned finding (tests/sim/findings.py) instead of a drawn world")
     args = p.parse_args(argv)
     if os.environ.get("PYTHONHASHSEED") != "0":
         print("note: PYTHONHASHSEED is not 0; a seed replays exactly only with the same hash seed", file=sys.stderr)
-    if args.seed is not None:
+    if args.twice:
+        return _twice(args.mode, args.storage, _range(args.seeds))
+    if args.seed is not None or args.finding:
         from .checker import check
+        from .findings import FINDINGS
         from .world import simulate
 
         t0 = time.perf_counter()
-        rec = simulate(args.seed, args.mode, args.storage, watch=set(filter(None, args.watch.split(","))))
+        scenario = FINDINGS[args.finding]() if args.finding else None
+        if scenario is not None:
+            args.seed, args.mode, args.storage = scenario.seed, scenario.mode, scenario.storage
+        rec = simulate(
+            args.seed, args.mode, args.storage, scenario=scenario, watch=set(filter(None, args.watch.split(",")))
+        )
         verdict = check(rec)
         print(rec.scenario.describe())
         print(

@@ -287,20 +287,7 @@ class SimPubSub:
         for m in avail:
             if m.index < newest and m not in picked:
                 m.late = True
-        if not s.exactly_once and picked and len(picked) < limit:
-            if self.terms.duplicate and rng.random() < self.terms.duplicate:
-                leased = [
-                    m for m in s.messages.values() if not m.acked and m.ack_id is not None and m.lease_until > now
-                ]
-                leased = [m for m in leased if m not in picked and (not s.ordered or not m.key)]
-                if leased:
-                    picked.append(rng.choice(leased))
-            if self.terms.after_ack and rng.random() < self.terms.after_ack:
-                done = [m for m in s.messages.values() if m.acked and (not s.ordered or not m.key)]
-                if done:
-                    m = rng.choice(done)
-                    m.acked = False
-                    picked.append(m)
+        picked.extend(self._again(s, picked, limit, now))
         rng.shuffle(picked)  # an answer's messages come in any order, a key's in publish order
         if s.ordered:
             for key in {m.key for m in picked if m.key}:
@@ -308,6 +295,24 @@ class SimPubSub:
                 for i, m in zip(slots, sorted((picked[i] for i in slots), key=lambda m: m.index)):
                     picked[i] = m
         return picked
+
+    def _again(self, s: Subscription, picked: list[Message], limit: int, now: float) -> list[Message]:
+        """Messages an answer brings again (standard subscriptions): one still leased, one acknowledged."""
+        rng, out = self.rng, []
+        if s.exactly_once or len(picked) >= limit:
+            return out
+        if self.terms.duplicate and rng.random() < self.terms.duplicate:
+            leased = [m for m in s.messages.values() if not m.acked and m.ack_id is not None and m.lease_until > now]
+            leased = [m for m in leased if m not in picked and (not s.ordered or not m.key)]
+            if leased:
+                out.append(rng.choice(leased))
+        if len(picked) + len(out) < limit and self.terms.after_ack and rng.random() < self.terms.after_ack:
+            done = [m for m in s.messages.values() if m.acked and (not s.ordered or not m.key)]
+            if done:
+                m = rng.choice(done)
+                m.acked = False
+                out.append(m)
+        return out
 
     def _deliver(
         self, s: Subscription, msgs: list[Message], now: float, to: Process | None, caller: Process | None = None
@@ -391,7 +396,10 @@ class SimPubSub:
                 (m.lease_until for m in s.messages.values() if not m.acked and m.lease_until > now), default=give_up
             )
             self._wait(max(0.001, min(give_up, nxt) - now))
-        picked = self._choose(s, avail, asked, sched.now) if avail else []
+        # An answer that finds nothing deliverable may still bring a message again.
+        picked = (
+            self._choose(s, avail, asked, sched.now) if avail else self._again(s, [], min(asked, MAX_PULL), sched.now)
+        )
         late = bool(picked) and not immediately and self.terms.late_pull and self.rng.random() < self.terms.late_pull
         delivered = self._deliver(s, picked, sched.now, None if late else caller, caller)
         if late:

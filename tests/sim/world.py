@@ -46,7 +46,7 @@ class Scenario:
     exactly_once: bool
     sub_deadline: int
     keys: int
-    body_size: int
+    body_size: int  # bytes; each body between ``body_min`` and this
     backlog: int
     live: int
     live_seconds: float
@@ -58,6 +58,7 @@ class Scenario:
     pubsub: Terms
     storage_terms: StorageTerms
     spark: SparkTerms
+    body_min: int | None = None  # None: every body of ``body_size``
 
     def describe(self) -> str:
         o = {k: v for k, v in self.options.items() if k not in ("emulatorHost",)}
@@ -92,6 +93,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
     if mode == "driver":
         options["batchTransfer"] = "tasks"
     body_size = rng.choice([60, 60, 900, 3000])
+    body_min = rng.choice([None, None, 60])
     if rng.random() < 0.3:
         options["maxOutstandingBytes"] = str(65536)
     # Spark 4.0/4.1 run Trigger.AvailableNow as one batch a run: a run reads one batch's worth.
@@ -123,6 +125,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         # acknowledged (a commit each): its scenarios are smaller and spread over more keys.
         keys=rng.choice([3, 8, 20]),
         body_size=body_size,
+        body_min=body_min,
         backlog=rng.choice([0, 5, 40] if ordered or one_batch_runs else [0, 5, 40, 150, 400]),
         live=rng.choice([0, 0, 20, 60] if ordered or one_batch_runs else [0, 0, 20, 100, 300]),
         live_seconds=rng.uniform(1.0, 40.0),
@@ -135,6 +138,51 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         storage_terms=StorageTerms.draw(rng, storage, rough=rough),
         spark=spark,
     )
+
+
+def calm(mode: str, storage: str, seed: int = 0, **overrides: Any) -> Scenario:
+    """A scenario with no fault at all (one subscription, one app, Spark 4.3), changed by ``overrides``.
+
+    ``options`` are merged into the defaults; the other fields replace them. For tests that pin one
+    freedom at a time (tests/sim/test_findings.py).
+    """
+    options = {
+        "subscription": f"{PROJECT}/subscriptions/sub-0",
+        "emulatorHost": "sim:1",
+        "stateDir": "gs://sim-bucket/state" if storage == "gs" else "/sim/state",
+        "receiver": mode,
+        "ackDeadlineSeconds": "10",
+        "maxOutstandingMessages": "200000",
+        **({"batchTransfer": "tasks"} if mode == "driver" else {}),
+        **overrides.pop("options", {}),
+    }
+    subs = overrides.pop("subs", [f"{PROJECT}/subscriptions/sub-0"])
+    options["subscription"] = ",".join(subs)
+    base = dict(
+        seed=seed,
+        mode=mode,
+        storage=storage,
+        rough=0.0,
+        subs=subs,
+        ordered=False,
+        exactly_once=False,
+        sub_deadline=10,
+        keys=3,
+        body_size=60,
+        backlog=100,
+        live=0,
+        live_seconds=10.0,
+        trigger="continuous",
+        options=options,
+        partitions=[None],
+        kills=[],
+        runner_only=[],
+        pubsub=Terms(partial=0.0),
+        storage_terms=StorageTerms(),
+        spark=SparkTerms(version="4.3"),
+    )
+    base.update(overrides)
+    return Scenario(**base)
 
 
 @dataclass
@@ -169,6 +217,7 @@ class Record:
     log_tail: list[str]
     story: list[str]  # what happened to the watched messages
     apps: list[str]
+    ends: list[tuple[str, float, str | None]]  # (app, virtual time it ended, the failure it died of)
     note: str = ""
 
 
@@ -352,6 +401,7 @@ def body(i: int, size: int, key: str) -> bytes:
 
 MAX_VIRTUAL_SECONDS = 1500.0
 IDLE_GIVE_UP_SECONDS = 300.0  # nothing new in the sink this long, with messages missing: stop and report
+LINGER_SECONDS = 20.0  # a continuous query goes on this long after everything reached the sink
 
 
 def simulate(
@@ -379,6 +429,7 @@ def simulate(
     failures: list[BaseException] = []
     runs: list[AvailableNowRun] = []
     apps: list[SparkApp] = []
+    ends: list[tuple[str, float, str | None]] = []
     app_of_process: dict[int, str] = {}
     service.app_of = lambda p: app_of_process.get(id(p)) if p is not None else None
     world = S.Process("world", host="world")
@@ -399,7 +450,8 @@ def simulate(
             key = f"k{rng.randrange(sc.keys)}" if sc.ordered else ""
             subs = sc.subs if sub_index is None else [sc.subs[sub_index]]
             for sub in subs:
-                (mid,) = service.publish(sub, [body(i, sc.body_size, key)], key)
+                size = sc.body_size if sc.body_min is None else rng.randint(sc.body_min, sc.body_size)
+                (mid,) = service.publish(sub, [body(i, size, key)], key)
                 published[sub].append(mid)
                 key_of[mid] = key
 
@@ -489,9 +541,14 @@ def simulate(
             return
         idle_since = sched.now
         have = len(reached())
+        done_at: float | None = None
         while True:
-            if not state["publishing"] and all_ids() <= reached():
+            if done_at is None and not state["publishing"] and all_ids() <= reached():
+                # Everything is in the sink: go on a while, so that what Pub/Sub delivers again
+                # late (after an acknowledgement) has its chance to be yielded twice.
                 state["converged"] = True
+                done_at = sched.now
+            if done_at is not None and sched.now - done_at >= LINGER_SECONDS:
                 return
             if app.trigger():
                 now_have = len(reached())
@@ -555,6 +612,7 @@ def simulate(
             )
             th.start()
             th.join()
+            ends.append((name, sched.now, type(failures[-1]).__name__ if len(failures) > app_failures else None))
             events.info(
                 "%s ended: %s; %d batches run, sink %d rows; %s",
                 name,
@@ -621,6 +679,7 @@ def simulate(
         log_tail=tail.render(),
         story=service.story,
         apps=[a.name for a in apps],
+        ends=ends,
         note=note,
     )
 
