@@ -60,6 +60,7 @@ SCAN_SECONDS = 0.5
 ORDERS_WAIT_SECONDS = 2.0  # for the previous batch's acknowledgements to be answered
 CLOCK_SKEW_SECONDS = 1.0  # between a task's host and the driver's, when a task's wall times are read
 AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
+EMPTY_BATCH_PAUSE_SECONDS = 1.0  # AvailableNow: between empty batches while a shadow lasts
 
 
 class _Slice:
@@ -115,6 +116,7 @@ class ExecutorsMode:
         self._drain = Drain({})
         self._unavailable_since: float | None = None  # wall time: the tasks found Pub/Sub unreachable since
         self._warned_later = False
+        self._last_empty = False  # the newest committed batch brought nothing
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
 
@@ -220,13 +222,24 @@ class ExecutorsMode:
     def available_now_over(self, committed: int) -> bool:
         """Return whether the run may end.
 
-        It may once a committed batch of this run shows every subscription drained.
+        It may once a committed batch of this run shows every subscription drained. While only a
+        shadow stands between the last batch (which brought nothing) and that evidence, the next
+        batch is planned no sooner than :data:`EMPTY_BATCH_PAUSE_SECONDS` later: an empty batch
+        costs Spark a micro-batch, and nothing it finds before the shadow ends proves anything.
         """
         self.check()
         if self._run_from is None or committed < self._run_from:
             return False
         batch, drained = self._evidence
-        return batch == committed and drained
+        if batch == committed and drained:
+            return True
+        if batch == committed and self._last_empty:
+            with self._lock:
+                shadow = self._drain.latest_shadow()
+            pause = min(EMPTY_BATCH_PAUSE_SECONDS, shadow - time.time())
+            if pause > 0:
+                time.sleep(pause)
+        return False
 
     def plan(self, batch_id: int, limits: Limits, ensure_run: Callable[[], None]) -> bool:
         opts = self._opts
@@ -313,6 +326,7 @@ class ExecutorsMode:
         self._unanswered = {b for b in self._unanswered if b > upto}
         self._committed = max(self._committed, upto)
         self._evidence = (upto, evidence and bool(batches) and batches[-1] == upto)
+        self._last_empty = not any(s.info.rows for s in done)
         chunks = [c for s in done for c in s.chunks]
         later = [c for s in done for c in s.later if c not in stale_later]
         for c in chunks:
