@@ -3,9 +3,14 @@
     python tests/stream_job.py --emulator-host H --subscription S --checkpoint C --output O
         [--state-dir D] [--available-now] [--max-per-trigger N] [--ack-deadline S]
         [--receiver driver|executors] [--num-partitions P]
+        [--master local-cluster[2,1,1024]] [--task-sleep SECONDS] [--log-level WARN]
 
 Reads the subscription with crdb_pubsub and appends to a parquet directory (Spark's file sink is
 exactly-once per batch id, so duplicates in the output come from the source, never the sink).
+
+``--master`` runs it elsewhere than ``local[2]`` (``local-cluster[N,cores,memMB]`` gives executor
+JVMs of their own, which a test can kill); ``--task-sleep`` makes each task pause that long after
+the source handed it its first rows, so that a batch's tasks are reliably in flight for a while.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ def job_command(
     max_per_trigger: int = 250,
     receiver: str = "driver",
     num_partitions: int | None = None,
+    master: str | None = None,
+    task_sleep: float | None = None,
+    log_level: str | None = None,
 ) -> list[str]:
     """The command line that runs this job with its checkpoint/output/state under ``tmp`` (``state``:
     a stateDir there, none, or the stateDir given, e.g. ``gs://...``)."""
@@ -56,7 +64,29 @@ def job_command(
         cmd += ["--receiver", receiver]
     if num_partitions:
         cmd += ["--num-partitions", str(num_partitions)]
+    if master:
+        cmd += ["--master", master]
+    if task_sleep:
+        cmd += ["--task-sleep", str(task_sleep)]
+    if log_level:
+        cmd += ["--log-level", log_level]
     return cmd
+
+
+def _pause_after_first_rows(seconds: float):
+    """A ``mapInArrow`` function that passes the rows through, pausing once after the first batch."""
+
+    def pause(batches):
+        import time
+
+        first = True
+        for batch in batches:
+            yield batch
+            if first:
+                first = False
+                time.sleep(seconds)
+
+    return pause
 
 
 def main() -> int:
@@ -71,6 +101,9 @@ def main() -> int:
     ap.add_argument("--ack-deadline", type=int, default=5)
     ap.add_argument("--receiver", default="driver")
     ap.add_argument("--num-partitions", type=int)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--task-sleep", type=float, default=0.0, help="seconds each task pauses after its first rows")
+    ap.add_argument("--log-level", default="ERROR")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -78,17 +111,25 @@ def main() -> int:
 
     import crdb_pubsub
 
-    spark = (
-        SparkSession.builder.master("local[2]")
+    builder = (
+        SparkSession.builder.master(args.master)
         .appName("crdb-pubsub-stream-job")
         .config("spark.ui.enabled", "false")
         # A job lives seconds to a minute (the fault scenarios start dozens): C2's compilations
         # never pay back on 2 cores, and the client compiler alone made a SIGKILL scenario ~17% faster.
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    if args.master.startswith("local-cluster"):
+        # Executor JVMs of their own: their Python workers run the interpreter named here (the
+        # package is installed in its environment), as spark.pyspark.python does on a cluster.
+        builder = (
+            builder.config("spark.pyspark.python", sys.executable)
+            .config("spark.executor.memory", "512m")
+            .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(args.log_level)
     crdb_pubsub.register(spark)
     reader = (
         spark.readStream.format("crdb_pubsub")
@@ -103,9 +144,11 @@ def main() -> int:
         reader = reader.option("maxMessagesPerTrigger", str(args.max_per_trigger))
     if args.state_dir:
         reader = reader.option("stateDir", args.state_dir)
+    df = reader.load()
+    if args.task_sleep > 0:
+        df = df.mapInArrow(_pause_after_first_rows(args.task_sleep), df.schema)
     writer = (
-        reader.load()
-        .writeStream.format("parquet")
+        df.writeStream.format("parquet")
         .option("path", args.output)
         .option("checkpointLocation", args.checkpoint)
     )

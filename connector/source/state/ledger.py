@@ -304,8 +304,8 @@ class Ledger:
             return write()
         except LeaseLost as exc:
             raise StateDirError(
-                f"stateDir {self._where}: this process no longer holds it ({exc}); another process "
-                "took it over, so this one stops writing"
+                f"stateDir {self._where}: this process no longer holds it ({exc}); it stops writing, "
+                "as another process may take the stateDir over"
             ) from None
 
     def _create(self, key: str, data: bytes) -> bool:

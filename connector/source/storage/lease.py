@@ -101,6 +101,9 @@ class Lease:
         self._expiry = 0.0
         self._since = 0.0
         self._lost: str | None = None
+        # Why the last renewal failed, while none has succeeded since (the storage unreachable):
+        # what check() says once it must refuse writes, since nobody took the lease over.
+        self._renew_failed: str | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
         # The record of another holder that :meth:`acquire` replaced (released or not: a holder
@@ -203,7 +206,12 @@ class Lease:
             if self._generation is None or self._lost is not None:
                 raise LeaseLost(f"lease {self._where()} is not held: {self._lost or 'never acquired'}")
             expiry = self._clock() + self.ttl
-            generation = self.storage.swap(self.key, self._record(expiry), self._generation)
+            try:
+                generation = self.storage.swap(self.key, self._record(expiry), self._generation)
+            except Exception as exc:
+                self._renew_failed = f"the last renewal, at {_iso(self._clock())}, failed: {type(exc).__name__}: {exc}"
+                raise
+            self._renew_failed = None
             if generation is None:
                 self._lost = "a renewal found the lease changed (another process took it over)"
                 raise LeaseLost(f"lease {self._where()} was lost: {self._lost}")
@@ -222,7 +230,8 @@ class Lease:
             if now >= self._expiry - self.margin:
                 raise LeaseLost(
                     f"lease {self._where()} may have expired: renewed until {_iso(self._expiry)}, "
-                    f"and writes stop {self.margin:.0f} s before that (clock margin)"
+                    f"and writes stop {self.margin:g} s before that (clock margin)"
+                    + (f"; {self._renew_failed}" if self._renew_failed else "")
                 )
 
     def release(self, *, note: dict | None = None) -> None:

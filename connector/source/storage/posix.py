@@ -10,7 +10,8 @@ Each object is one file, ``<root>/<key>``, holding the data followed by a traile
 so that data, version and metadata are published together by one ``link`` or ``rename``. Files are
 written to a hidden temporary name in the same folder (``.<name>.<random>.tmp``) and fsynced before
 they get their name; the folder is fsynced after. :meth:`create` publishes with ``link``, which fails
-when the name exists (first writer wins, no lock taken). :meth:`swap` compares and replaces under an
+when the name exists (first writer wins, no lock taken); an EEXIST whose file is the temporary's own
+inode is this call's link retransmitted (NFS) and counts as done. :meth:`swap` compares and replaces under an
 ``flock`` on a hidden sidecar (``.<name>.lock``), held only for the read-compare-rename. A writer
 killed at any point leaves at most a hidden temporary file, which nothing reads or lists (and
 :meth:`delete_prefix` removes).
@@ -87,7 +88,10 @@ class PosixStorage:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            return None
+            # On NFS a retransmitted link whose first try landed answers EEXIST: the file there is
+            # then this call's own (the same inode as tmp), and the create did happen.
+            if not _same_file(tmp, path):
+                return None
         finally:
             _unlink(tmp)
         _fsync_dir(path.parent)
@@ -270,6 +274,13 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return False
 
 
 def _ensure_dir(d: Path) -> None:

@@ -162,6 +162,34 @@ def test_a_process_that_lost_the_state_dir_can_no_longer_write(storage_url, monk
     assert list(open_ledger(storage_url).recover().pending[1].column("message_id").to_pylist()) == ["3", "4", "5"]
 
 
+def test_a_process_whose_renewals_fail_stops_writing_and_says_why(storage_url, monkeypatch):
+    """The stateDir's storage does not answer the lease's renewals (a brownout longer than the
+    margin): the writes stop with a message naming the failed renewal, not one that blames another
+    process, since none took the stateDir over."""
+    from crdb_pubsub.source.state import ledger as L
+
+    monkeypatch.setattr(L, "LOCK_TTL_SECONDS", 1.0)
+    monkeypatch.setattr(L, "LOCK_MARGIN_SECONDS", 0.2)
+    ledger = open_ledger(storage_url)
+    ledger.claim("run-1", [SUB], fresh=True)
+    lease = ledger._lease
+    lease.stop_renewing()
+    swap = lease.storage.swap
+
+    def brownout(*args, **kwargs):
+        raise OSError("503 Service Unavailable")
+
+    monkeypatch.setattr(lease.storage, "swap", brownout)
+    with pytest.raises(OSError):
+        lease.renew()
+    time.sleep(0.9)
+    with pytest.raises(StateDirError) as refused:
+        ledger.record(1, batch(range(0, 3)))
+    message = str(refused.value)
+    assert "503 Service Unavailable" in message and "took it over" not in message
+    monkeypatch.setattr(lease.storage, "swap", swap)
+
+
 # ------------------------------------------------------------------ a stale reader of the same run
 
 # Stand-ins for two of Spark's runner processes of one driver (both children of this process):

@@ -329,6 +329,27 @@ def test_gcs_a_retried_write_reports_its_own_first_try(storage, kind, monkeypatc
     assert storage.create("k", b"another writer") is False
 
 
+def test_posix_a_retransmitted_link_reports_its_own_first_try(tmp_path, monkeypatch):
+    """On NFS, a ``link`` whose answer was lost is sent again and answers EEXIST: the file there is
+    the one the first try linked. The create reports what it did (True), not what its retry saw; a
+    file another writer linked first still makes it False."""
+    from crdb_pubsub.source.storage import posix
+
+    s = open_storage(str(tmp_path))
+    real = os.link
+
+    def retransmitted(src, dst, *args, **kwargs):
+        real(src, dst, *args, **kwargs)
+        raise FileExistsError(17, "File exists", str(dst))
+
+    monkeypatch.setattr(posix.os, "link", retransmitted)
+    assert s.create("k", b"first try") is True
+    assert s.read("k") == b"first try"
+    monkeypatch.setattr(posix.os, "link", real)
+    assert s.create("k", b"another writer") is False
+    assert s.swap("fresh", b"v", 0) is not None and s.swap("fresh", b"w", 0) is None
+
+
 def test_posix_rejects_files_it_did_not_write(tmp_path):
     s = open_storage(str(tmp_path))
     (tmp_path / "raw").write_bytes(b"not an object of ours")

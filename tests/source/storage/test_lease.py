@@ -155,6 +155,44 @@ def test_a_failed_renewal_fences_even_with_a_slow_clock(storage):
         a.create("x", b"")
 
 
+class Brownout:
+    """The storage with its swaps failing as Cloud Storage's do in a 503 brownout (the client's
+    retries spent): the lease object is still this holder's, nobody else could write either."""
+
+    def __init__(self, storage) -> None:
+        self._storage = storage
+        self.down = False
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def swap(self, *args, **kwargs):
+        if self.down:
+            raise OSError("503 Service Unavailable: we encountered an internal error, please try again")
+        return self._storage.swap(*args, **kwargs)
+
+
+def test_a_holder_whose_renewals_fail_is_told_why_it_stops(storage):
+    """A storage brownout outlasts the lease's margin: the holder must stop writing (it can no longer
+    prove it holds the lease), and the message says the renewals failed and why, not that another
+    process took the lease over, which nobody did; once the storage answers, a renewal holds it again."""
+    clock = Clock()
+    flaky = Brownout(storage)
+    a = lease(flaky, clock).acquire(wait=0)
+    flaky.down = True
+    clock.t = T0 + 10
+    with pytest.raises(OSError):
+        a.renew()
+    clock.t = T0 + TTL - MARGIN
+    with pytest.raises(LeaseLost) as refused:
+        a.check()
+    message = str(refused.value)
+    assert "renew" in message and "503 Service Unavailable" in message and "another process" not in message
+    flaky.down = False
+    a.renew()
+    a.check()
+
+
 @pytest.mark.parametrize("expired", [False, True], ids=["absent", "expired"])
 def test_concurrent_acquirers_one_holder(storage_url, expired):
     clock = Clock()

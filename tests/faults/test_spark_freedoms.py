@@ -1,0 +1,345 @@
+"""What Spark is free to do to a source, end to end on real Spark against the real emulator.
+
+Each scenario runs with ``receiver=driver`` and ``receiver=executors`` (both with a ``stateDir``):
+
+1. ``maxBytesPerTrigger`` of 64 KiB over ~3,000 bodies of 400-800 bytes: Spark asks for byte-bounded
+   batches (``ReadMaxBytes``); every message reaches an exactly-once sink once, in many batches.
+2. A ``foreachBatch`` that reads only part of one batch (``df.limit(5).collect()``) and writes
+   nothing of it: Spark never runs some of that batch's tasks and still commits the batch. The
+   query goes on, later batches keep coming, nothing is written twice, and what is lost is at most
+   that batch (driver: the whole batch was sealed and is acknowledged; executors: the tasks Spark
+   never ran pulled nothing, so their share comes in later batches). ``limit`` alone leaves tasks
+   unrun; ``count`` first runs them all (then ``limit`` runs one again: a task read twice) and
+   gives the batch's size, the bound of what may be lost.
+3. An executor JVM SIGKILLed mid-batch on ``local-cluster[2,1,1024]`` (two executor JVMs, a job of
+   its own, ``tests/stream_job.py --master``): Spark reruns the lost task on the other executor and
+   starts a new one; an AvailableNow run drains everything into the parquet file sink, read through
+   its ``_spark_metadata`` log: lost 0, duplicated 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_job import job_command
+
+from ._support import (
+    BatchFileSink,
+    MetricsSampler,
+    cmdline,
+    descendants,
+    report,
+    row_body,
+    scaled,
+    sink_column,
+    tally,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
+
+RECEIVERS = ["driver", "executors"]
+
+
+def _reader(spark, host: str, sub: str, **options):
+    r = spark.readStream.format("crdb_pubsub").option("subscription", sub).option("emulatorHost", host)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def _batches(sink: BatchFileSink) -> dict[int, list[str]]:
+    """The sink's files: batch id -> message ids written for it."""
+    out = {}
+    for p in sorted(sink.dir.glob("*.ids")):
+        text = p.read_text()
+        out[int(p.stem)] = text.split("\n") if text else []
+    return out
+
+
+# --------------------------------------------------------------------------- 1. maxBytesPerTrigger
+
+
+@pytest.mark.parametrize("receiver", RECEIVERS)
+def test_max_bytes_per_trigger(spark, emulator_host, make_subscription, publish, tmp_path: Path, receiver: str):
+    limit = 64 * 1024
+    n = scaled(3000, 20_000)
+    bodies = [row_body(i, pad=330 + (i * 37) % 400) for i in range(n)]  # 400-800 bytes
+    topic, sub = make_subscription(ack_deadline_seconds=10)
+    ids = publish(topic, bodies)
+    size = dict(zip(ids, (len(b) for b in bodies)))
+    total = sum(size.values())
+
+    opts: dict[str, object] = {"maxBytesPerTrigger": limit, "receiver": receiver, "stateDir": tmp_path / "state"}
+    if receiver == "executors":
+        opts["numPartitions"] = 2
+    sink = BatchFileSink(tmp_path / "sink")
+    q = (
+        _reader(spark, emulator_host, sub, **opts)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink", query=q)
+        took = time.monotonic() - t0
+        time.sleep(2)  # a late duplicate would land now
+    finally:
+        q.stop()
+    lost, duplicated, unexpected = tally(ids, sink.ids())
+    per_batch = [sum(size.get(i, 0) for i in got) for got in _batches(sink).values() if got]
+    report(
+        f"max-bytes-per-trigger-{receiver}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        body_bytes=total,
+        max_bytes_per_trigger=limit,
+        batches_with_rows=len(per_batch),
+        largest_batch_bytes=max(per_batch, default=0),
+        smallest_batch_bytes=min(per_batch, default=0),
+        seconds=round(took, 1),
+    )
+    assert not unexpected
+    assert lost == 0 and duplicated == 0
+    # The limit took effect: no batch much above it, so at least total/limit batches.
+    assert len(per_batch) >= math.ceil(total / limit)
+    if receiver == "driver":
+        assert max(per_batch) <= limit, "the driver sealed a batch above maxBytesPerTrigger"
+
+
+# --------------------------------------------------------------------------- 2. part of a batch read
+
+
+class _PartialReadSink:
+    """Writes every batch as :class:`BatchFileSink` does, except the ``nth`` batch with rows: of
+    that one it reads ``df.limit(5).collect()`` (after ``df.count()`` with ``probe="count"``) and
+    writes nothing."""
+
+    def __init__(self, directory: Path, nth: int, probe: str) -> None:
+        self.files = BatchFileSink(directory)
+        self.nth = nth
+        self.probe = probe
+        self.with_rows = 0
+        self.partial: dict[str, object] = {}
+
+    def __call__(self, df, batch_id: int) -> None:
+        if not self.partial and self.with_rows == self.nth - 1:
+            count = df.count() if self.probe == "count" else None
+            peeked = [r.message_id for r in df.select("message_id").limit(5).collect()]
+            if peeked:
+                self.partial.update(batch=batch_id, count=count, peeked=peeked, parts=df.rdd.getNumPartitions())
+                return
+        self.files(df, batch_id)
+        if self.files.calls[-1][1]:
+            self.with_rows += 1
+
+
+@pytest.mark.parametrize("probe", ["limit", "count"])
+@pytest.mark.parametrize("receiver", RECEIVERS)
+def test_foreach_batch_reads_part_of_a_batch(
+    spark, emulator_host, make_subscription, publish, tmp_path: Path, receiver: str, probe: str
+):
+    per_trigger = 200
+    n = scaled(1000, 5000)
+    topic, sub = make_subscription(ack_deadline_seconds=10)
+    ids = publish(topic, [row_body(i) for i in range(n)])
+    # Several partitions, so that limit(5) needs only the first task's rows and Spark leaves the others unrun.
+    opts: dict[str, object] = {
+        "maxMessagesPerTrigger": per_trigger,
+        "receiver": receiver,
+        "stateDir": tmp_path / "state",
+        "numPartitions": 2 if receiver == "executors" else 4,
+    }
+    sink = _PartialReadSink(tmp_path / "sink", nth=2, probe=probe)
+    q = (
+        _reader(spark, emulator_host, sub, **opts)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    t0 = time.monotonic()
+    try:
+        with MetricsSampler(q) as sampler:
+            wait_until(lambda: bool(sink.partial), 120, what="the partially read batch", query=q)
+            partial_batch = int(sink.partial["batch"])  # type: ignore[call-overload]
+            wait_until(
+                lambda: any(b > partial_batch and got for b, got in _batches(sink.files).items()),
+                120,
+                what="a batch with rows after the partially read one",
+                query=q,
+            )
+            # Then everything: each message in the sink or acknowledged with the partial batch.
+            wait_until(
+                lambda: sampler.last().get("ackConfirmed", 0) >= n
+                and sampler.last().get("awaitingCommit", 1) == 0
+                and sampler.last().get("buffered", 1) == 0,
+                180,
+                1.0,
+                what="every message acknowledged",
+                query=q,
+            )
+            took = time.monotonic() - t0
+            time.sleep(2)  # a late duplicate would land now
+            assert q.isActive, f"the query ended: {q.exception()}"
+        last = sampler.last()
+    finally:
+        q.stop()
+    got = sink.files.ids()
+    lost, duplicated, unexpected = tally(ids, got)
+    batches = _batches(sink.files)
+    after = [b for b, rows in batches.items() if b > partial_batch and rows]
+    peeked = list(sink.partial["peeked"])  # type: ignore[call-overload]
+    count = sink.partial["count"]
+    report(
+        f"partial-batch-read-{probe}-{receiver}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        partial_batch=partial_batch,
+        partial_batch_partitions=sink.partial["parts"],
+        partial_batch_rows=count,
+        peeked=len(peeked),
+        peeked_in_sink=len(set(peeked) & set(got)),
+        batches_with_rows_after=len(after),
+        received=last.get("received"),
+        acknowledged=last.get("acknowledged"),
+        ack_confirmed=last.get("ackConfirmed"),
+        redeliveries_dropped=last.get("redeliveriesDropped"),
+        seconds=round(took, 1),
+    )
+    assert not unexpected
+    assert duplicated == 0, "a message was written twice"
+    assert after, "no batch with rows came after the partially read one"
+    assert sink.files.calls[-1][0] > partial_batch
+    assert lost <= per_trigger, f"{lost} lost: more than one batch's worth ({per_trigger})"
+    if count is not None:
+        assert lost <= int(count), f"{lost} lost, the partially read batch held {count}"  # type: ignore[call-overload]
+
+
+# --------------------------------------------------------------------------- 3. executor JVM killed
+
+
+def _executor_pids(root: int) -> list[int]:
+    """Executor JVMs under the job's process (local-cluster's workers start them as children of the driver JVM)."""
+    return sorted(
+        p
+        for p in descendants(root)
+        if "CoarseGrainedExecutorBackend" in (c := cmdline(p)) or "org.apache.spark.executor" in c
+    )
+
+
+def _numbered(d: Path) -> set[int]:
+    return {int(p.name) for p in d.iterdir() if p.name.isdigit()} if d.exists() else set()
+
+
+def _tail(log: Path, n: int = 5000) -> str:
+    return log.read_text(errors="replace")[-n:] if log.exists() else ""
+
+
+def _job_env() -> dict[str, str]:
+    """The test's environment without what a real cluster would not pass to its executors: the
+    emulator goes as an option; the workers' interpreter is named (it has the package installed)."""
+    drop = ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+@pytest.mark.parametrize("receiver", RECEIVERS)
+def test_executor_jvm_killed_mid_batch(emulator_host, make_subscription, publish, tmp_path: Path, receiver: str):
+    n = scaled(2000, 10_000)
+    per_trigger = scaled(400, 1000)
+    task_sleep = 3.0
+    topic, sub = make_subscription(ack_deadline_seconds=10)
+    ids = publish(topic, [row_body(i) for i in range(n)])
+    log = tmp_path / "job.log"
+    cmd = job_command(
+        emulator_host,
+        sub,
+        tmp_path,
+        state=True,
+        available_now=True,
+        ack_deadline=10,
+        max_per_trigger=per_trigger,
+        receiver=receiver,
+        num_partitions=2,
+        master="local-cluster[2,1,1024]",
+        task_sleep=task_sleep,
+        log_level="WARN",
+    )
+    offsets, commits = tmp_path / "chk" / "offsets", tmp_path / "chk" / "commits"
+    t0 = time.monotonic()
+    with open(log, "wb") as fh:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT, env=_job_env())
+    killed: dict[str, object] = {}
+    seen_executors: set[int] = set()
+    try:
+        # Kill during the second batch (both executors warm), once its tasks have their first rows.
+        end = time.monotonic() + 180
+        while not killed:
+            if proc.poll() is not None:
+                raise AssertionError(f"job exited with {proc.returncode} before the kill:\n{_tail(log)}")
+            if time.monotonic() > end:
+                raise AssertionError(f"batch 1 never started:\n{_tail(log)}")
+            seen_executors.update(_executor_pids(proc.pid))
+            running = _numbered(offsets) - _numbered(commits)
+            if running and min(running) >= 1:
+                batch = min(running)
+                time.sleep(task_sleep / 2)
+                victims = _executor_pids(proc.pid)
+                if not victims:
+                    raise AssertionError(f"no executor JVM under the job:\n{_tail(log)}")
+                still_running = batch not in _numbered(commits)
+                os.kill(victims[0], signal.SIGKILL)
+                killed.update(
+                    pid=victims[0],
+                    batch=batch,
+                    uncommitted_at_kill=still_running,
+                    at_seconds=round(time.monotonic() - t0, 1),
+                )
+            time.sleep(0.05)
+        end = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < end:
+            seen_executors.update(_executor_pids(proc.pid))
+            time.sleep(0.5)
+        if proc.poll() is None:
+            raise AssertionError(f"the AvailableNow run did not finish in 240 s:\n{_tail(log)}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    took = time.monotonic() - t0
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 0, _tail(log)
+    got = sink_column(tmp_path / "out")["message_id"].to_pylist()
+    lost, duplicated, unexpected = tally(ids, got)
+    report(
+        f"executor-jvm-killed-{receiver}",
+        published=n,
+        lost=lost,
+        duplicated=duplicated,
+        killed_in_batch=killed["batch"],
+        uncommitted_at_kill=killed["uncommitted_at_kill"],
+        kill_at_seconds=killed["at_seconds"],
+        executor_jvms_seen=len(seen_executors),
+        lost_task_lines=text.count("ExecutorLostFailure"),
+        batches=len(_numbered(commits)),
+        sink_rows=len(got),
+        seconds=round(took, 1),
+    )
+    assert killed["uncommitted_at_kill"], "the executor was killed after its batch committed: not mid-batch"
+    assert len(seen_executors) >= 3, "Spark started no executor in place of the killed one"
+    assert not unexpected
+    assert lost == 0, f"{lost} messages lost after an executor was killed in batch {killed['batch']}"
+    assert duplicated == 0, f"{duplicated} duplicates after an executor was killed in batch {killed['batch']}"
