@@ -156,3 +156,16 @@ def drawn_driver_posix_38(seed: int = 38) -> Scenario:
 def drawn_driver_gs_115(seed: int = 115) -> Scenario:
     """On 11f59fe: an AvailableNow run ended with 49 of 606 messages published before it unread."""
     return draw(seed, "driver", "gs")
+
+
+# Found by the larger sweep (seeds 1000-3000) after the fixes above: a defect those fixes brought
+# (11f59fe passes this world), failing on 9abbca0.
+
+
+@finding
+def drawn_driver_posix_1247(seed: int = 1247) -> Scenario:
+    """On 9abbca0: an AvailableNow run ended with 20 of 46 messages published before
+    it unread. The run before it pulled again once it had ended; the answer came while it stopped,
+    its hand-back was lost, and the lease it left was not in its release note, so the next run did
+    not wait it out. Its first batch also waited its whole 20 s bound for messages after its cutoff."""
+    return draw(seed, "driver", "posix")

@@ -9,7 +9,9 @@ room, and the byte room divided by the largest message seen in recent Pulls. Not
 back for lack of room (each hand-back is a redelivery and a delivery attempt): a Pull whose
 messages turn out larger than any seen before may overshoot the byte bound by that difference,
 once, and pulling then waits until room is freed. Before the first message size is known, each
-puller asks for ``FIRST_PULL_MESSAGES``.
+puller asks for ``FIRST_PULL_MESSAGES``. A Pull asks for at most its puller's share of the bounds
+(the bounds divided by the pullers): one puller's long Pull must not hold all the room while the
+others, with none, can't pull (an AvailableNow run then waits for their answers).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ class FlowControl:
     ``_recent_max``. Waiters are woken whenever room is freed.
     """
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+    def __init__(self, max_messages: int, max_bytes: int, *, pullers: int = 1) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self._share_messages = -(-max_messages // max(1, pullers))
+        self._share_bytes = -(-max_bytes // max(1, pullers))
         self._cond = threading.Condition()
         self.held_messages = 0
         self.held_bytes = 0
@@ -60,9 +64,11 @@ class FlowControl:
         estimate = self._estimate()
         if estimate is None:
             # Until a Pull has told us how large messages are, ask for few at a time.
-            return Reservation(min(count_room, FIRST_PULL_MESSAGES), 0)
+            return Reservation(min(count_room, FIRST_PULL_MESSAGES, self._share_messages), 0)
         byte_room -= self._reserved_unsized * estimate
-        n = min(count_room, MAX_PULL_MESSAGES, max(0, byte_room) // max(1, estimate))
+        estimate = max(1, estimate)
+        share = max(1, self._share_bytes // estimate)  # a message larger than a share still fits the room
+        n = min(count_room, MAX_PULL_MESSAGES, self._share_messages, share, max(0, byte_room) // estimate)
         if n <= 0:
             if self.held_messages == 0 and self._reserved_messages == 0:
                 # A lone message larger than the whole budget must still move.

@@ -151,8 +151,9 @@ class DriverMode:
                 "go into the next batches",
                 unseen,
             )
-        since = time.monotonic()
-        cutoff = int(time.time() * 1_000_000)
+        # An AvailableNow run reads until its own cutoff, and its pullers stop once they show it
+        # (what came after is the next run's): waiting on a later cutoff would wait out the bound.
+        cutoff, since = self._cutoff or (int(time.time() * 1_000_000), time.monotonic())
         want = self._batch_limits(limits).max_messages or receiver.flow.max_messages
 
         def ready() -> bool:

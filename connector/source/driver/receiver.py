@@ -78,7 +78,7 @@ class Receiver:
         self._endpoint = endpoint_description
         self._clock = clock
         self.counters = counters or Counters()
-        self.flow = FlowControl(max_messages, max_bytes)
+        self.flow = FlowControl(max_messages, max_bytes, pullers=len(self._subs) * PULLERS_PER_SUBSCRIPTION)
         self.remembered = Remembered(on_evicted=lambda n: self.counters.add("rememberedEvicted", n), clock=clock)
         self.acker = Acker(rpc)
         self.acks: Acknowledgements | None = None  # once the subscriptions are open
@@ -108,6 +108,7 @@ class Receiver:
         self._drain = Drain({})
         self._cutoff_us: int | None = None  # AvailableNow: later messages are held apart
         self._cutoff_at = 0.0  # monotonic time the cutoff was set: only Pulls sent since count
+        self._ended = False  # the AvailableNow run ended: nothing more is pulled
         self._fatal: BaseException | None = None
         self._unavailable_since: float | None = None
         self._last_error: str | None = None
@@ -192,10 +193,13 @@ class Receiver:
     def wait_until_pulling(self, sub: str) -> bool:
         """Return False (after a short wait) while ``sub`` should not be pulled.
 
-        An AvailableNow run that found it drained pulls nothing more from it.
+        An AvailableNow run that found it drained pulls nothing more from it, nor anything once it
+        ended (what a Pull brings then is only handed back).
         """
         with self._cond:
-            if self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at):  # drained
+            if self._ended or (
+                self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at)  # drained
+            ):
                 self._cond.wait(0.5)
                 return False
         return not self._stopping.is_set()
@@ -273,7 +277,14 @@ class Receiver:
             return
         if self._stopping.is_set():
             self.flow.cancel(reservation)
-            self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
+            try:
+                self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
+            except Exception as exc:  # noqa: BLE001 - what follows is the whole answer to it
+                # Not known to be handed back: leased to nobody for a deadline from their answer,
+                # which the next process waits out (shutdown reports it).
+                log.warning("handing back %d message(s) of %s pulled while stopping failed: %s", len(ack_ids), sub, exc)
+                with self._cond:
+                    self._drain.leased_at(sub, now)
             return
         refreshed: list[Chunk] = []
         again = 0  # deliveries of a message held (or twice in this response)
@@ -546,6 +557,7 @@ class Receiver:
         with self._cond:
             self._cutoff_us = publish_us
             self._cutoff_at = self._clock()
+            self._ended = False
             self._cond.notify_all()
 
     def _quiet(self, sub: str, cutoff_us: int, since: float) -> bool:
@@ -603,13 +615,14 @@ class Receiver:
             return bool(self._buffer)
 
     def end_available_now(self, *, within: float) -> bool:
-        """Hand back what was published after the cutoff and wait for every acknowledgement to be answered.
+        """Stop pulling, hand back what was published after the cutoff and wait for every acknowledgement to be answered.
 
         At most ``within`` seconds. False when some were not answered in time.
         """
         with self._cond:
             later = list(self._later)
             self._cutoff_us = None
+            self._ended = True
         if later:
             self._hand_back(later)
         return self.acker.flush(within)

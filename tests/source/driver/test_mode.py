@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from spark_calls import Logs, SparkCalls, ids_of
 
 from ..conftest import until
@@ -51,6 +53,29 @@ def test_the_first_batch_of_a_run_that_may_have_only_one_takes_the_whole_window(
     assert len(ids_of(calls.batches[0][1])) == WINDOW
     until(lambda: len(calls.batches) >= 3, 30, "two more batches", step=calls.trigger)
     assert all(len(ids_of(b)) <= WINDOW // 2 for _, b in calls.batches[1:])
+
+
+def test_an_available_now_run_does_not_wait_for_messages_published_after_its_cutoff(fake, make_reader):
+    """A Trigger.AvailableNow run (4.2+) on a live topic: its pullers stop once an answer brings
+    only messages published after the run's cutoff, so what was published between the cutoff and
+    the first offset call is never pulled. The first batch's wait for the backlog must read the
+    run's own cutoff, or it waits its whole bound for those messages (seen in the simulation, seed
+    1854 of driver/posix: 20 s, the bound, with 3 messages to read)."""
+    from crdb_pubsub.source.driver import mode as driver_mode
+
+    fake.create_subscription(SUB)
+    backlog = fake.publish(SUB, [body(i) for i in range(3)])
+    reader = make_reader(SUB, maxOutstandingMessages=WINDOW)
+    reader.prepareForTriggerAvailableNow()
+    time.sleep(0.01)
+    fake.publish(SUB, [body(i) for i in range(3, 60)])  # after the cutoff: the next run's
+    calls = SparkCalls(reader, Logs(), "4.3")
+    calls.start()
+    began = time.monotonic()
+    calls.trigger()
+    waited = time.monotonic() - began
+    assert sorted(calls.ids()) == sorted(backlog)
+    assert waited < driver_mode.FIRST_FILL_SECONDS / 2, f"the first batch waited {waited:.1f} s"
 
 
 def test_a_restart_remembers_what_the_crashed_process_acknowledged_before_it_pulls(fake, tmp_path):

@@ -50,6 +50,25 @@ def test_flow_lets_a_lone_message_larger_than_the_budget_through():
     assert f.reserve(stop).messages == 1
 
 
+def test_one_puller_never_takes_the_room_of_the_others():
+    """Each puller's Pull is sized to its share of the window: one puller's long Pull reserving all
+    the room starved the other, whose newest answer then stood still, so an AvailableNow run could
+    not show its subscription drained before its bound (seen in the simulation and with the fake,
+    a window of 200 with 60 held)."""
+    stop = threading.Event()
+    f = FlowControl(max_messages=200, max_bytes=1 << 30, pullers=2)
+    f.settle(f.reserve(stop), 10, 10 * 100, largest=100)
+    f.add(50, 50 * 100, 100)
+    a = f.reserve(stop)
+    b = f.reserve(stop)
+    assert a.messages == 100 and b.messages == 40  # a's share of 200, then what is left
+    f.cancel(a)
+    f.cancel(b)
+    by_bytes = FlowControl(max_messages=100_000, max_bytes=10_000, pullers=2)
+    by_bytes.settle(by_bytes.reserve(stop), 0, 0, largest=100)
+    assert by_bytes.reserve(stop).messages == 50 and by_bytes.reserve(stop).messages == 50
+
+
 def _chunk(sizes: list[int], start: int = 0) -> Chunk:
     mids = [str(start + i) for i in range(len(sizes))]
     batch = messages_batch([b"x" * n for n in sizes], mids, [1] * len(sizes), [None] * len(sizes), [None] * len(sizes))
