@@ -63,9 +63,9 @@ def _sweep(mode: str, storage: str, seeds: range) -> list[tuple[int, list[str], 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sim")
-    p.add_argument("--mode", choices=["driver", "executors"], required=True)
-    p.add_argument("--storage", choices=["posix", "gs"], required=True)
-    g = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--mode", choices=["driver", "executors"])
+    p.add_argument("--storage", choices=["posix", "gs"])
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--seed", type=int)
     g.add_argument("--seeds", help="a range A:B")
     p.add_argument("--jobs", type=int, default=1)
@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--twice", action="store_true", help="run each seed of --seeds twice and compare the two worlds")
     p.add_argument("--finding", help="run one pinned finding (tests/sim/findings.py) instead of a drawn world")
     args = p.parse_args(argv)
+    if not args.finding and (args.mode is None or args.storage is None or (args.seed is None and args.seeds is None)):
+        p.error("--mode, --storage and --seed or --seeds are required (or --finding NAME)")
     if os.environ.get("PYTHONHASHSEED") != "0":
         print("note: PYTHONHASHSEED is not 0; a seed replays exactly only with the same hash seed", file=sys.stderr)
     if args.twice:

@@ -42,6 +42,9 @@ from google.pubsub_v1.types import PullResponse
 from .scheduler import Process, Scheduler, SimThread
 
 MAX_PULL = 1000
+# How long after it took effect an acknowledged message may be delivered again: within the source's
+# dedupe window (pubsub/acknowledgements.PROVEN_MEMORY_SECONDS, 600 s), with a margin for its proof.
+AFTER_ACK_WINDOW_SECONDS = 540.0
 
 
 @dataclass
@@ -100,12 +103,13 @@ class Message:
     index: int  # publish order within the subscription
     acked: bool = False
     ever_acked: bool = False
+    acked_at: float = 0.0  # when its first acknowledgement took effect
     ack_id: str | None = None  # of the newest delivery
     lease_until: float = 0.0
     deliveries: int = 0
     holder: Process | None = None  # the process that received or extended the newest delivery
     app: str | None = None  # the application whose Pull made the newest delivery (answered in time or not)
-    let_go: str | None = None  # the newest ack id its holder acknowledged or handed back (landed or not)
+    let_go: set[str] = field(default_factory=set)  # ack ids its holders acknowledged or handed back (landed or not)
     client_acked: bool = False  # a client acknowledged it (later deliveries are dropped on arrival)
     late: bool = False  # an answer passed it over for a newer message (delivered late, out of order)
 
@@ -184,24 +188,8 @@ class SimPubSub:
         for a in ack_ids:
             m = s.by_ack.get(a)
             if m is not None:
-                m.let_go = a
+                m.let_go.add(a)
                 m.client_acked = m.client_acked or acked
-
-    def leased_elsewhere(self, app: str) -> set[str]:
-        """Messages no Pull of ``app`` can get now: leased through another application's Pull.
-
-        On an ordered subscription the later messages of such a message's key too.
-        """
-        now = self.sched.now
-        out: set[str] = set()
-        for s in self.subs.values():
-            for m in s.messages.values():
-                if m.acked or m.lease_until <= now or m.app == app or m.mid in out:
-                    continue
-                out.add(m.mid)
-                if s.ordered and m.key:
-                    out.update(x.mid for x in s.keys[m.key] if x.index > m.index and not x.acked)
-        return out
 
     def delivered_late(self) -> set[str]:
         return {m.mid for s in self.subs.values() for m in s.messages.values() if m.late}
@@ -307,7 +295,11 @@ class SimPubSub:
             if leased:
                 out.append(rng.choice(leased))
         if len(picked) + len(out) < limit and self.terms.after_ack and rng.random() < self.terms.after_ack:
-            done = [m for m in s.messages.values() if m.acked and (not s.ordered or not m.key)]
+            # Within the window the source promises to recognise them in (PROVEN_MEMORY_SECONDS from
+            # the acknowledgement of the batch that yielded it); later ones are passed on, the
+            # documented limit.
+            window = now - AFTER_ACK_WINDOW_SECONDS
+            done = [m for m in s.messages.values() if m.acked and m.acked_at > window and (not s.ordered or not m.key)]
             if done:
                 m = rng.choice(done)
                 m.acked = False
@@ -350,7 +342,7 @@ class SimPubSub:
                 and m.lease_until > now
                 and m.holder is not None
                 and m.holder.alive
-                and m.let_go != m.ack_id
+                and m.ack_id not in m.let_go
                 and not m.client_acked
             ):
                 app = self.app_of(m.holder)
@@ -482,6 +474,8 @@ class SimPubSub:
             lapsed = m.lease_until <= now
             if lapsed and (s.exactly_once or self._id_chance(a, "expired") >= self.terms.expired_ack_acts):
                 return "PERMANENT_FAILURE_INVALID_ACK_ID"
+            if not m.ever_acked:
+                m.acked_at = now
             m.acked = m.ever_acked = True
             self.acks.append(AckEvent(now, s.name, m.mid, self.sched.process()))
             return None
