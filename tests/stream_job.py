@@ -3,14 +3,16 @@
     python tests/stream_job.py --emulator-host H --subscription S --checkpoint C --output O
         [--state-dir D] [--available-now] [--max-per-trigger N] [--ack-deadline S]
         [--receiver driver|executors] [--num-partitions P]
-        [--master local-cluster[2,1,1024]] [--task-sleep SECONDS] [--log-level WARN]
+        [--master local-cluster[2,1,1024]] [--task-sleep SECONDS [--task-marker-dir D]] [--log-level WARN]
 
 Reads the subscription with crdb_pubsub and appends to a parquet directory (Spark's file sink is
 exactly-once per batch id, so duplicates in the output come from the source, never the sink).
 
 ``--master`` runs it elsewhere than ``local[2]`` (``local-cluster[N,cores,memMB]`` gives executor
 JVMs of their own, which a test can kill); ``--task-sleep`` makes each task pause that long after
-the source handed it its first rows, so that a batch's tasks are reliably in flight for a while.
+the source handed it its first rows, so that a batch's tasks are reliably in flight for a while;
+with ``--task-marker-dir`` each such task first writes a file there named
+``<batch>-<partition>-<attempt>-<pid of its Python worker>`` (a test finds the task's executor by it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def job_command(
     num_partitions: int | None = None,
     master: str | None = None,
     task_sleep: float | None = None,
+    task_marker_dir: Path | None = None,
     log_level: str | None = None,
 ) -> list[str]:
     """The command line that runs this job with its checkpoint/output/state under ``tmp`` (``state``:
@@ -68,22 +71,34 @@ def job_command(
         cmd += ["--master", master]
     if task_sleep:
         cmd += ["--task-sleep", str(task_sleep)]
+    if task_marker_dir:
+        cmd += ["--task-marker-dir", str(task_marker_dir)]
     if log_level:
         cmd += ["--log-level", log_level]
     return cmd
 
 
-def _pause_after_first_rows(seconds: float):
-    """A ``mapInArrow`` function that passes the rows through, pausing once after the first batch."""
+def _pause_after_first_rows(seconds: float, marker_dir: str | None):
+    """A ``mapInArrow`` function that passes the rows through, pausing once after the first batch
+    (after marking, in ``marker_dir``, which task of which batch in which process pauses)."""
 
     def pause(batches):
+        import os
         import time
+
+        from pyspark import TaskContext
 
         first = True
         for batch in batches:
             yield batch
             if first:
                 first = False
+                if marker_dir:
+                    tc = TaskContext.get()
+                    bid = tc.getLocalProperty("streaming.sql.batchId") if tc else None
+                    name = f"{bid}-{tc.partitionId() if tc else -1}-{tc.attemptNumber() if tc else -1}-{os.getpid()}"
+                    with open(os.path.join(marker_dir, name), "w"):
+                        pass
                 time.sleep(seconds)
 
     return pause
@@ -103,6 +118,7 @@ def main() -> int:
     ap.add_argument("--num-partitions", type=int)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--task-sleep", type=float, default=0.0, help="seconds each task pauses after its first rows")
+    ap.add_argument("--task-marker-dir")
     ap.add_argument("--log-level", default="ERROR")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -123,10 +139,12 @@ def main() -> int:
     if args.master.startswith("local-cluster"):
         # Executor JVMs of their own: their Python workers run the interpreter named here (the
         # package is installed in its environment), as spark.pyspark.python does on a cluster.
+        # Three JVMs on a small machine: one GC thread each starts them sooner.
         builder = (
             builder.config("spark.pyspark.python", sys.executable)
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
             .config("spark.executor.memory", "512m")
-            .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+            .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(args.log_level)
@@ -146,12 +164,8 @@ def main() -> int:
         reader = reader.option("stateDir", args.state_dir)
     df = reader.load()
     if args.task_sleep > 0:
-        df = df.mapInArrow(_pause_after_first_rows(args.task_sleep), df.schema)
-    writer = (
-        df.writeStream.format("parquet")
-        .option("path", args.output)
-        .option("checkpointLocation", args.checkpoint)
-    )
+        df = df.mapInArrow(_pause_after_first_rows(args.task_sleep, args.task_marker_dir), df.schema)
+    writer = df.writeStream.format("parquet").option("path", args.output).option("checkpointLocation", args.checkpoint)
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     query = writer.start()
