@@ -6,7 +6,7 @@ What a fast path cannot prove is left to the general path.
 
 A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame` s, which layouts it takes
 and how it builds its rows); the decoder runs the learned fast paths of one frame as one pass over
-the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`_by_topic`).
+the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`.topics.by_topic`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .columns import (
     raw_column,
     utf8_bad,
 )
+from .topics import by_topic
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
 Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
@@ -884,7 +885,7 @@ def _run_frame(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes]
         return next(p.reads for p in paths if p.accept(keys))
 
     groups: list[Matched] = []
-    for part in _by_topic(bodies) if frame.wrapper else [np.arange(len(bodies))]:
+    for part in by_topic(bodies) if frame.wrapper else [np.arange(len(bodies))]:
         sub = bodies if len(part) == len(bodies) else [bodies[i] for i in part.tolist()]
         for g in _match_part(frame, paths, sub, accept, reads):
             g.idx = part[g.idx]
@@ -925,39 +926,3 @@ def _match_part(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes
             g.idx = rest_idx[g.idx]
             groups.append(g)
     return groups
-
-
-_TOPIC_AT = b',"Topic":'
-_MAX_TOPICS = 8
-_MIN_TOPIC = 32
-
-
-def _by_topic(bodies: list[bytes]) -> list[np.ndarray]:
-    """Group the bodies by the tail of their v2 wrapper (``,"Topic":"t"}``): positions, largest first.
-
-    Bodies of one topic are one table's (or column family's) messages, one layout in the common
-    case; matching each topic on its own spares the learned layouts the decode errors, one per
-    body of another layout, that a mixed batch costs (~2.6 us each). Only a heuristic: a body is
-    proven whatever its group. Up to _MAX_TOPICS topics of at least _MIN_TOPIC bodies get a group
-    of their own; the rest share one.
-    """
-    n = len(bodies)
-    first = bodies[0][bodies[0].rfind(_TOPIC_AT) :] if n else b""
-    if sum(map(bytes.endswith, bodies, itertools.repeat(first))) == n:  # one topic: no tail cut out
-        return [np.arange(n)]
-    tails = [b[b.rfind(_TOPIC_AT) :] for b in bodies]
-    number = {tail: i for i, tail in enumerate(dict.fromkeys(tails))}
-    codes = np.fromiter(map(number.__getitem__, tails), dtype=np.int64, count=n)
-    counts = np.bincount(codes)
-    order = np.argsort(codes, kind="stable")
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    largest = np.argsort(-counts, kind="stable")
-    own = [c for c in largest[:_MAX_TOPICS].tolist() if counts[c] >= _MIN_TOPIC]
-    parts = [order[starts[c] : starts[c + 1]] for c in own]
-    if len(own) < len(counts):
-        rest = np.ones(n, dtype=bool)
-        for part in parts:
-            rest[part] = False
-        parts.append(np.flatnonzero(rest))
-    return parts
