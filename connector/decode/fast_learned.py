@@ -38,10 +38,10 @@ from .columns import (
     raw_column,
     utf8_bad,
 )
+from .proofs import Texts, encoded_equal, rebuilt_equal, same_length, spaceless_equal
 from .topics import by_topic
 
 Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
-Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
 
 
 # -- learned layouts: bare, enriched and Debezium bodies -----------------------------------------
@@ -57,8 +57,8 @@ Texts = Sequence["bytes | Raw"]  # raw JSON texts, one per body
 # fields the general path would read are these values. Anything else goes to the general path.
 # Cheaper proofs stand in for the rebuild where they are airtight: the canonical length (few keys,
 # _Layout.by_length), the length of msgspec's compact re-encoding for compact objects
-# (_encoded_equal), the spaceless length against it where values are only read by key
-# (_spaceless_equal), and for bare rows, which are cut from the body, the ``msgspec.json.format``
+# (encoded_equal), the spaceless length against it where values are only read by key
+# (spaceless_equal), and for bare rows, which are cut from the body, the ``msgspec.json.format``
 # fixed point of the whole ``Value`` (bare's quick proof). UTF-8 is checked on the values taken out
 # (Matched.utf8_bad), and not at all for bodies that are ASCII.
 
@@ -69,8 +69,6 @@ _MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: o
 _GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 _REBUILD_BYTES = 256  # mean bytes a value above which a spaced layout is proven by its rebuild
-_SLICE_BYTES = 1 << 21  # bytes of bodies a rebuild compares at a time
-AT_ONCE = 512  # mean bytes a text below which a batch's texts are encoded (or formatted) in one call
 
 
 class _Layout:
@@ -95,7 +93,7 @@ class _Layout:
         if wrapper:
             smallest = min(smallest, len(b'"Key":1,'))
         self.by_length = smallest > spaces and "__crdb__" not in keys and outer is None
-        # Otherwise, when the values are only read by key (not bare), _spaceless_equal proves that
+        # Otherwise, when the values are only read by key (not bare), spaceless_equal proves that
         # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
         names = [f"f{i}" for i in range(len(keys))]
         inner = msgspec.defstruct(
@@ -140,67 +138,6 @@ def decode_or_none(decode: Callable[[Any], Any], body: bytes | Raw) -> Any:
         return decode(body)
     except Exception:  # noqa: BLE001 - not this layout: the next one, or the general path
         return None
-
-
-def interleave(prefixes: list[bytes], columns: Sequence[Texts], end: bytes, m: int) -> bytes:
-    """``prefixes[0] col0[i] prefixes[1] col1[i] ... end`` for every i, as one byte string."""
-    stride = 2 * len(columns)
-    pieces: list = [b""] * (stride * m)
-    for j, (prefix, column) in enumerate(zip(prefixes, columns)):
-        pieces[2 * j :: stride] = [prefix] * m if j else [end + prefix] * m
-        pieces[2 * j + 1 :: stride] = column
-    if m:
-        pieces[0] = prefixes[0]
-    return b"".join(pieces) + (end if m else b"")
-
-
-def _same_length(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts], end: bytes) -> np.ndarray:
-    """Mask of the ``raws`` as long as their canonical rebuild (see _Layout.by_length)."""
-    m = len(raws)
-    want = np.full(m, sum(map(len, prefixes)) + len(end), dtype=np.int64)
-    for column in columns:
-        want += np.fromiter(map(len, column), dtype=np.int64, count=m)
-    return np.fromiter(map(len, raws), dtype=np.int64, count=m) == want
-
-
-def _rebuilt_equal(raws: Texts, prefixes: list[bytes], columns: Sequence[Texts], end: bytes) -> np.ndarray:
-    """Mask of the ``raws`` that equal their rebuild from ``columns`` (byte for byte)."""
-    m = len(raws)
-    const = sum(map(len, prefixes)) + len(end)
-    want = np.full(m, const, dtype=np.int64)
-    for column in columns:
-        want += np.fromiter(map(len, column), dtype=np.int64, count=m)
-    have = np.fromiter(map(len, raws), dtype=np.int64, count=m)
-    ok = have == want
-    if not ok.all():
-        keep = ok.tolist()
-        sub = np.flatnonzero(ok)
-        if len(sub):
-            ok[sub] = _rebuilt_equal(
-                list(itertools.compress(raws, keep)),
-                prefixes,
-                [list(itertools.compress(c, keep)) for c in columns],
-                end,
-            )
-        return ok
-    # In slices of about _SLICE_BYTES: two temporaries of the whole batch would be fresh memory
-    # each time (~2.4 us a 4 KB page here); slices this size reuse the same.
-    if not m:
-        return ok
-    ends = np.cumsum(have)
-    cuts = [0, *np.searchsorted(ends, np.arange(_SLICE_BYTES, int(ends[-1]), _SLICE_BYTES), side="right").tolist(), m]
-    for a, b in itertools.pairwise(cuts):
-        if a >= b:
-            continue
-        rebuilt = interleave(prefixes, [c[a:b] for c in columns], end, b - a)
-        actual = b"".join(raws[a:b])
-        if rebuilt == actual:
-            continue
-        diff = np.frombuffer(rebuilt, dtype=np.uint8) != np.frombuffer(actual, dtype=np.uint8)
-        starts = np.zeros(b - a, dtype=np.int64)
-        np.cumsum(have[a : b - 1], out=starts[1:])
-        ok[a:b] = np.add.reduceat(diff, starts) == 0
-    return ok
 
 
 _OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
@@ -331,77 +268,6 @@ class Matched:
 SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
 
 
-_SPACE = ord(" ")
-_COUNT_SPACES = operator.methodcaller("count", b" ")
-ENCODE = msgspec.json.Encoder().encode
-
-
-def _spaces(texts: Texts) -> int:
-    """Spaces in all the ``texts`` (bytes are counted in place; Raw ones, without a count, joined)."""
-    if texts and isinstance(texts[0], bytes):
-        try:
-            return sum(map(_COUNT_SPACES, texts))
-        except TypeError:
-            pass
-    return int(np.count_nonzero(np.frombuffer(b"".join(texts), dtype=np.uint8) == _SPACE))
-
-
-def _spaceless_len(texts: Texts) -> np.ndarray:
-    m = len(texts)
-    texts = [t if isinstance(t, bytes) else bytes(t) for t in texts]
-    return np.fromiter(map(len, texts), dtype=np.int64, count=m) - np.fromiter(
-        map(_COUNT_SPACES, texts), dtype=np.int64, count=m
-    )
-
-
-def _spaceless_equal(raws: Texts, parsed: list[Any], stats: tuple[int, int | None] | None = None) -> np.ndarray:
-    """Mask of the ``raws`` holding no repeated key, at any level the Structs ``parsed`` from them have.
-
-    ``msgspec.json.encode`` of a Struct writes each of its keys once (shortest JSON: the keys are
-    plain), no whitespace, and the raw values verbatim. Without spaces, a raw is never shorter than
-    that: its values are the same bytes, its keys (and a wrapper's Topic) at least as long, and any
-    other whitespace or repeated member only adds. So the two are equal exactly when no key repeats,
-    no key is escaped and only spaces separate the tokens; as each raw is never shorter, equal totals
-    over the batch prove every one (the common case: four bulk counts, no per-message comparison).
-    """
-    m = len(raws)
-    if stats is not None and stats[1] is not None:
-        total, spaces = stats[0], stats[1]
-    else:
-        total, spaces = sum(map(len, raws)), _spaces(raws)
-    if total < AT_ONCE * m:
-        both = ENCODE(parsed)  # one call: "[" e1 "," e2 ... "]", no spaces of its own
-        nonspace = len(both) - (m + 1) - int(np.count_nonzero(np.frombuffer(both, dtype=np.uint8) == _SPACE))
-        if total - spaces == nonspace:
-            return np.ones(m, dtype=bool)
-        encoded = list(map(ENCODE, parsed))
-    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
-        encoded = list(map(ENCODE, parsed))
-        if total - spaces == sum(map(len, encoded)) - sum(map(_COUNT_SPACES, encoded)):
-            return np.ones(m, dtype=bool)
-    return _spaceless_len(raws) == _spaceless_len(encoded)
-
-
-def _encoded_equal(raws: Texts, parsed: list[Any], total: int | None = None) -> np.ndarray:
-    """Mask of the compact ``raws`` exactly as long as the compact encoding of their Structs.
-
-    As in _spaceless_equal, a raw is never shorter than that encoding; when there are no spaces to
-    set aside (the producer writes no whitespace), equal lengths mean no key repeats, no key is
-    escaped and there is no whitespace at all: one length per message, no byte counted.
-    """
-    m = len(raws)
-    total = total if total is not None else sum(map(len, raws))
-    if total < AT_ONCE * m:
-        if len(ENCODE(parsed)) - (m + 1) == total:  # one call: "[" e1 "," e2 ... "]"
-            return np.ones(m, dtype=bool)
-        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
-    else:  # (long ones one by one: one huge output, grown by reallocation, costs more than the calls)
-        encoded = np.fromiter(map(len, map(ENCODE, parsed)), dtype=np.int64, count=m)
-        if int(encoded.sum()) == total:
-            return np.ones(m, dtype=bool)
-    return np.fromiter(map(len, raws), dtype=np.int64, count=m) == encoded
-
-
 Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"
 
 
@@ -450,7 +316,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
             continue
         # Values read by key, output as their raw text: only a repeated key (malformed for the general
         # path) would make a difference. Compact objects: their encoded length rules it out; spaced
-        # ones: _spaceless_equal, unless few keys make the length check airtight (it needs every
+        # ones: spaceless_equal, unless few keys make the length check airtight (it needs every
         # value's length: cheaper for few keys, not for big objects) or long values make the
         # byte-for-byte rebuild cheaper. Bare rows are rebuilt.
         if simple and not wrapper and style == COMPACT_STYLE:
@@ -470,9 +336,9 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         else:
             proof = "length" if layout.by_length else "rebuild"
         if proof == "encoded":
-            ok = _encoded_equal(subset, parsed, stats[0] if stats is not None and subset is raws else None)
+            ok = encoded_equal(subset, parsed, stats[0] if stats is not None and subset is raws else None)
         elif proof == "spaceless":
-            ok = _spaceless_equal(subset, parsed, stats if subset is raws else None)
+            ok = spaceless_equal(subset, parsed, stats if subset is raws else None)
         col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
         inner = list(map(GET_VALUE, parsed)) if wrapper else parsed
         schema = None
@@ -491,9 +357,9 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
                 encoded = {t: msgspec.json.encode(t) for t in set(topic)}
                 rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
             if proof == "length":
-                ok = _same_length(subset, layout.prefixes, rebuild, layout.end)
+                ok = same_length(subset, layout.prefixes, rebuild, layout.end)
             else:  # (bare rows are rebuilt by the general path: proven byte for byte)
-                ok = _rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+                ok = rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
         if ok.any():
             if not ok.all():
                 keep = ok.tolist()
@@ -519,6 +385,7 @@ _INT_SAFE = r"^(?:-?[0-9]{1,18}|[1-8][0-9]{18})$"  # ... and what surely fits an
 # Not pa.scalar(None, ...): pyarrow's first conversion of Python values imports pandas (0.3-0.5 s), and
 # the families are imported wherever the envelope names are needed, Spark's driver-side runner too.
 NULL_STR = pa.nulls(1, pa.string())[0]
+_SPACE = ord(" ")
 
 
 class Col:

@@ -464,7 +464,7 @@ def struct_column(images: Any, schema: T.StructType, arrow_type: Any) -> tuple[A
 
 def _rows(images: Any, valid: Any, bulk: _BulkSchema, np: Any, pa: Any, pc: Any) -> list:
     """Decode each row image into the row Struct ("{}" for none); raises what msgspec raises."""
-    from .fast_learned import AT_ONCE
+    from .proofs import AT_ONCE
 
     m = len(images)
     offsets = np.frombuffer(images.buffers()[1], dtype=np.int32)[images.offset : images.offset + m + 1]

@@ -30,9 +30,7 @@ from ...columns import (
     table_names,
 )
 from ...fast_learned import (
-    AT_ONCE,
     CRDB_STYLE,
-    ENCODE,
     SIMPLE_KEY,
     V2_CRDB,
     Accept,
@@ -40,11 +38,11 @@ from ...fast_learned import (
     Matched,
     commit_from_hlc,
     decode_or_none,
-    interleave,
     layout_of,
     learn_keys,
     nested,
 )
+from ...proofs import AT_ONCE, ENCODE, interleave
 from ..common import (
     Bad,
     Context,
