@@ -12,10 +12,8 @@ the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`.topics.by_
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import operator
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
@@ -38,145 +36,15 @@ from .columns import (
     raw_column,
     utf8_bad,
 )
+from .layouts import COMPACT_STYLE, SIMPLE_KEY, Accept, Frame, decode_or_none, layout_of, learn
 from .proofs import Texts, encoded_equal, rebuilt_equal, same_length, spaceless_equal
 from .topics import by_topic
 
-Accept = Callable[[tuple[str, ...]], bool]  # which learned layouts (their keys, in order) a caller takes
-
-
-# -- learned layouts: bare, enriched and Debezium bodies -----------------------------------------
-#
-# These bodies carry objects whose keys the decoder cannot know in advance (the row's columns, the
-# ``source`` block of each connector). A *layout* is learned from one body (its keys, in order) and
-# becomes a msgspec Struct of ``Raw`` fields (all required, unknown keys refused). Every body that
-# decodes into it is then checked byte for byte against the layout rebuilt from its own values in
-# the producer's canonical form (CockroachDB's ``{"a": 1, "b": 2}`` or the compact ``{"a":1,"b":2}``
-# of Debezium's JSON converter), with one ``join`` and one comparison for the whole batch. A body
-# that equals its rebuild has exactly those keys, once each, in that order, with nothing between
-# them: no duplicate (which the general path rejects), no whitespace or escape variant, so the
-# fields the general path would read are these values. Anything else goes to the general path.
-# Cheaper proofs stand in for the rebuild where they are airtight: the canonical length (few keys,
-# _Layout.by_length), the length of msgspec's compact re-encoding for compact objects
-# (encoded_equal), the spaceless length against it where values are only read by key
-# (spaceless_equal), and for bare rows, which are cut from the body, the ``msgspec.json.format``
-# fixed point of the whole ``Value`` (bare's quick proof). UTF-8 is checked on the values taken out
-# (Matched.utf8_bad), and not at all for bodies that are ASCII.
-
-CRDB_STYLE = (b", ", b": ")
-COMPACT_STYLE = (b",", b":")
 _MAX_LAYOUTS = 4  # layouts learned and tried on the pending bodies, at most
 _MAX_SKIPS = 32  # bodies skipped because no layout of theirs is taken (cheap: one small decode each)
 _GET_SCHEMA, _GET_PAYLOAD = operator.attrgetter("schema"), operator.attrgetter("payload")
 _LENGTH_KEYS = 4
 _REBUILD_BYTES = 256  # mean bytes a value above which a spaced layout is proven by its rebuild
-
-
-class _Layout:
-    """One learned object layout (optionally inside the v2 ``{"Key","Value","Topic"}`` wrapper)."""
-
-    __slots__ = ("by_length", "decode", "end", "getters", "inner_getters", "keys", "outer", "prefixes", "wrapper")
-
-    def __init__(self, keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
-                 outer: tuple[str, ...] | None = None) -> None:  # fmt: skip
-        sep, colon = style
-        # When may the byte-for-byte rebuild be skipped for a length check? A body that decodes
-        # into this Struct holds only these keys, each at least once (values: the last occurrence).
-        # Its length is the canonical length, plus what each repeated member adds (at least its
-        # key, colon, comma and a one-byte value), plus escape and whitespace variants (never
-        # shorter), minus the canonical spaces it leaves out. If every possible repeated member is
-        # longer than all the canonical spaces together, "same length" means no key repeats (the
-        # general path's duplicate check) and the values read are the only ones. The compact
-        # layout has no spaces, so it always qualifies; CockroachDB's ", "/": " layout qualifies
-        # for few keys. Bare rows never skip: the general path rebuilds them in body key order.
-        spaces = (len(sep) - 1) * max(len(keys) - 1, 0) + (len(colon) - 1) * len(keys)
-        smallest = min((len(msgspec.json.encode(k)) + 3 for k in keys), default=0)
-        if wrapper:
-            smallest = min(smallest, len(b'"Key":1,'))
-        self.by_length = smallest > spaces and "__crdb__" not in keys and outer is None
-        # Otherwise, when the values are only read by key (not bare), spaceless_equal proves that
-        # no key repeats; bare rows get the byte-for-byte rebuild (or _bare_quick's proof).
-        names = [f"f{i}" for i in range(len(keys))]
-        inner = msgspec.defstruct(
-            "_Learned", [(n, Raw) for n in names], rename=dict(zip(names, keys)), forbid_unknown_fields=True, gc=False
-        )
-        encoded = [msgspec.json.encode(k) for k in keys]
-        prefixes = [(b"{" if i == 0 else sep) + e + colon for i, e in enumerate(encoded)]
-        self.keys = keys
-        self.wrapper = wrapper
-        self.outer = outer
-        self.inner_getters = [operator.attrgetter(n) for n in names]
-        if outer is not None:  # {"schema": S, "payload": <this layout>} (S: any JSON), in ``outer``'s order
-            inner = msgspec.defstruct(
-                "_LearnedPayload", [(k, inner if k == "payload" else Raw) for k in outer], forbid_unknown_fields=True,
-                gc=False,
-            )  # fmt: skip
-        if wrapper:
-            wrap = msgspec.defstruct(
-                "_LearnedWrap", [("Key", Raw), ("Value", inner), ("Topic", str)], forbid_unknown_fields=True, gc=False
-            )
-            self.decode = msgspec.json.Decoder(wrap).decode
-            self.getters = (
-                [operator.attrgetter("Key")] + [operator.attrgetter("Value." + n) for n in names]
-                + [operator.attrgetter("Topic")]
-            )  # fmt: skip
-            self.prefixes = [b'{"Key":', b',"Value":' + prefixes[0]] + prefixes[1:] + [b'},"Topic":']
-        else:
-            self.decode = msgspec.json.Decoder(inner).decode
-            self.getters = [operator.attrgetter(n) for n in names]
-            self.prefixes = prefixes
-        self.end = b"}"
-
-
-@functools.lru_cache(maxsize=256)
-def layout_of(keys: tuple[str, ...], style: tuple[bytes, bytes], wrapper: bool,
-              outer: tuple[str, ...] | None = None) -> _Layout:  # fmt: skip
-    return _Layout(keys, style, wrapper, outer)
-
-
-def decode_or_none(decode: Callable[[Any], Any], body: bytes | Raw) -> Any:
-    try:
-        return decode(body)
-    except Exception:  # noqa: BLE001 - not this layout: the next one, or the general path
-        return None
-
-
-_OBJ_DECODE = msgspec.json.Decoder(dict[str, Raw]).decode
-
-
-def learn_keys(raw: bytes | Raw, wrapper: bool) -> tuple[str, ...] | None:
-    """Return the keys of the object ``raw`` (of its ``Value`` inside the v2 wrapper), or None."""
-    try:
-        obj = _OBJ_DECODE(raw)
-        if wrapper:
-            if list(obj) != ["Key", "Value", "Topic"]:
-                return None
-            obj = _OBJ_DECODE(obj["Value"])
-    except Exception:  # noqa: BLE001 - not this layout: the general path decides
-        return None
-    return tuple(obj)
-
-
-_PAYLOAD_KEYS = frozenset(("payload", "schema"))
-
-
-def learn_payload(raw: bytes | Raw, wrapper: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """Return (the keys of ``payload``, the outer keys) of ``{"schema": S, "payload": {...}}``, or None.
-
-    The object is ``raw``, or inside the v2 wrapper its ``Value``; None when ``raw`` is not of that
-    form.
-    """
-    try:
-        obj = _OBJ_DECODE(raw)
-        if wrapper:
-            if list(obj) != ["Key", "Value", "Topic"]:
-                return None
-            obj = _OBJ_DECODE(obj["Value"])
-        outer = tuple(obj)
-        if "payload" not in obj or not _PAYLOAD_KEYS.issuperset(outer) or bytes(obj["payload"])[:1] != b"{":
-            return None
-        return tuple(_OBJ_DECODE(obj["payload"])), outer
-    except Exception:  # noqa: BLE001 - not this layout: the general path decides
-        return None
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -265,41 +133,34 @@ class Matched:
         return bad
 
 
-SIMPLE_KEY = re.compile(r'[^\x00-\x20"\\\x7f]+\Z')
-
-
 Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"
 
 
-def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept: Accept,
+def match_layouts(raws: Texts, frame: Frame, accept: Accept,
                   wanted: Wanted | Callable[[tuple[str, ...]], Wanted] = None,
-                  stats: tuple[int, int | None] | None = None, payload: bool = False) -> list[Matched]:  # fmt: skip
+                  stats: tuple[int, int | None] | None = None) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
     ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
     giving them); the others' values are then not even taken out of the Structs (Matched.raws
     takes them later), when no proof needs them. ``stats``: the total length and (None: not
-    counted) spaces of all ``raws``, when the caller has them. ``payload``: the layouts are the
-    ``payload`` of ``{"schema": S, "payload": {...}}`` objects (S kept raw, see Matched.schema).
+    counted) spaces of all ``raws``, when the caller has them. In a payload ``frame``, each ``schema``
+    beside the layout is kept raw (Matched.schema).
     """
     out: list[Matched] = []
     pending = np.arange(len(raws))
     tried: set[tuple[tuple[str, ...], tuple[str, ...] | None]] = set()
     attempts = skipped = 0
     while len(pending) and attempts < _MAX_LAYOUTS and skipped < _MAX_SKIPS:
-        if payload:
-            learned = learn_payload(raws[pending[0]], wrapper)
-            keys, outer = learned if learned is not None else (None, None)
-        else:
-            keys, outer = learn_keys(raws[pending[0]], wrapper), None
+        keys, outer = learn(raws[pending[0]], frame)
         simple = keys is not None and all(map(SIMPLE_KEY.match, keys))
-        if not keys or (keys, outer) in tried or not accept(keys) or (payload and not simple):
+        if not keys or (keys, outer) in tried or not accept(keys) or (frame.payload and not simple):
             pending = pending[1:]  # (a body of no layout taken: skipped, the next one teaches)
             skipped += 1
             continue
         attempts += 1
         tried.add((keys, outer))
-        layout = layout_of(keys, style, wrapper, outer)
+        layout = layout_of(keys, frame.style, frame.wrapper, outer)
         reads = wanted(keys) if callable(wanted) else wanted
         subset = raws if len(pending) == len(raws) else [raws[i] for i in pending.tolist()]
         try:
@@ -319,7 +180,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         # ones: spaceless_equal, unless few keys make the length check airtight (it needs every
         # value's length: cheaper for few keys, not for big objects) or long values make the
         # byte-for-byte rebuild cheaper. Bare rows are rebuilt.
-        if simple and not wrapper and style == COMPACT_STYLE:
+        if simple and not frame.wrapper and frame.style == COMPACT_STYLE:
             proof = "encoded"
         elif outer is not None:
             proof = "spaceless"  # (payload frames: keys simple, seen above)
@@ -329,7 +190,7 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         ):  # fmt: skip
             proof = "spaceless"
             total = stats[0] if stats is not None and subset is raws else sum(map(len, subset))
-            if total > _REBUILD_BYTES * len(subset) * (len(keys) + 2 * wrapper):
+            if total > _REBUILD_BYTES * len(subset) * (len(keys) + 2 * frame.wrapper):
                 # Long values (text, documents): the rebuild compares each byte once, where the
                 # spaceless proof counts them twice and encodes them (~1.5 ns a byte here).
                 proof = "rebuild"
@@ -340,19 +201,19 @@ def match_layouts(raws: Texts, style: tuple[bytes, bytes], wrapper: bool, accept
         elif proof == "spaceless":
             ok = spaceless_equal(subset, parsed, stats if subset is raws else None)
         col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
-        inner = list(map(GET_VALUE, parsed)) if wrapper else parsed
+        inner = list(map(GET_VALUE, parsed)) if frame.wrapper else parsed
         schema = None
         if outer is not None:
             schema = list(map(_GET_SCHEMA, inner)) if "schema" in outer else None
             inner = list(map(_GET_PAYLOAD, inner))
         # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
-        getters: dict[str, Callable[[Any], Raw]] = dict(zip(keys, layout.inner_getters))
+        getters: dict[str, Callable[[Any], Raw]] = dict(zip(keys, layout.getters))
         columns = [list(map(getters[k], inner)) for k in col_keys]
-        key = list(map(GET_KEY, parsed)) if wrapper else None
-        topic = list(map(GET_TOPIC, parsed)) if wrapper else None
+        key = list(map(GET_KEY, parsed)) if frame.wrapper else None
+        topic = list(map(GET_TOPIC, parsed)) if frame.wrapper else None
         if proof in ("length", "rebuild"):
             rebuild = columns
-            if wrapper:  # Topic decodes to str; the layout holds its JSON text
+            if frame.wrapper:  # Topic decodes to str; the layout holds its JSON text
                 assert key is not None and topic is not None
                 encoded = {t: msgspec.json.encode(t) for t in set(topic)}
                 rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
@@ -504,7 +365,7 @@ def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept:
     idx = np.flatnonzero(present)
     sub = raws if len(idx) == m else [raws[i] for i in idx.tolist()]
     stats = col.stats(spaces=style != COMPACT_STYLE) if col is not None and len(idx) == m else None
-    groups = match_layouts(sub, style, False, accept, names, stats)
+    groups = match_layouts(sub, Frame(wrapper=False, style=style), accept, names, stats)
     ok = np.zeros(m, dtype=bool)
     pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
     order = []
@@ -630,35 +491,6 @@ def row_columns(
 # -- a family's learned fast path, and one pass per frame -------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Frame:
-    """Where a family's learned layouts sit in a body and how its producer spaces them.
-
-    Either the ``Value`` of CockroachDB's v2 Pub/Sub wrapper with the encoder's ``", "``/``": "``
-    (:data:`V2_CRDB`), or the whole body, compact (:data:`COMPACT`, Debezium's JSON converter); with
-    ``payload``, the layout is the ``payload`` of ``{"schema": S, "payload": {...}}`` there
-    (:data:`V2_SCHEMA`: the enriched envelope with ``enriched_properties=schema``;
-    :data:`COMPACT_SCHEMA`: Debezium with schemas on, TiCDC with or without them).
-    """
-
-    wrapper: bool
-    style: tuple[bytes, bytes]
-    payload: bool = False
-
-    def likely(self, first: bytes) -> int:
-        """1 when ``first`` has this frame's outer shape, else 0."""
-        if first.startswith(b'{"Key":') != self.wrapper:
-            return 0
-        if self.wrapper:
-            return int((b',"Value":{"payload": ' in first) == self.payload)
-        return int(first.startswith((b'{"schema":', b'{"payload":')) == self.payload)
-
-
-V2_CRDB = Frame(wrapper=True, style=CRDB_STYLE)
-V2_SCHEMA = Frame(wrapper=True, style=CRDB_STYLE, payload=True)
-COMPACT = Frame(wrapper=False, style=COMPACT_STYLE)
-COMPACT_SCHEMA = Frame(wrapper=False, style=COMPACT_STYLE, payload=True)
-
 Build = Callable[[Matched, list[bytes]], tuple[np.ndarray, dict[str, pa.Array]]]
 Quick = Callable[[list[bytes], Accept], "Matched | None"]
 
@@ -782,14 +614,13 @@ def _match_part(frame: Frame, paths: tuple[LearnedFast, ...], bodies: list[bytes
     """Match the layouts of ``bodies`` (a family's quick proof first, then the learned layouts)."""
     quick = next((p.quick(bodies, accept) for p in paths if p.quick is not None and p.frames[0] == frame), None)
     if quick is None:
-        return match_layouts(bodies, frame.style, frame.wrapper, accept, reads, payload=frame.payload)
+        return match_layouts(bodies, frame, accept, reads)
     groups = [quick]
     rest = np.ones(len(bodies), dtype=bool)
     rest[quick.idx] = False
     rest_idx = np.flatnonzero(rest)
     if len(rest_idx):
-        for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame.style, frame.wrapper, accept, reads,
-                               payload=frame.payload):  # fmt: skip
+        for g in match_layouts([bodies[i] for i in rest_idx.tolist()], frame, accept, reads):
             g.idx = rest_idx[g.idx]
             groups.append(g)
     return groups

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crdb_pubsub.decode import fast_learned
+from crdb_pubsub.decode import fast_learned, layouts
 from crdb_pubsub.decode.envelopes import registry
 from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
@@ -21,7 +21,7 @@ def test_the_learned_fast_paths_of_one_frame_run_as_one_pass() -> None:
     learned = [h for h in hooks if isinstance(h, fast_learned.LearnedFast)]
     assert set(frames) - {None} == {f for h in learned for f in h.frames}
     assert len([f for f in frames if f is not None]) == len(set(frames) - {None})  # one pass per frame
-    v2 = passes[frames.index(fast_learned.V2_CRDB)]
+    v2 = passes[frames.index(layouts.V2_CRDB)]
     assert {p.build.__module__.rsplit(".", 1)[-1] for p in v2.paths} == {"bare", "enriched"}
     assert frames.count(None) == len(hooks) - len(learned)  # the others as they are
 

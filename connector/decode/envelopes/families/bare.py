@@ -30,18 +30,12 @@ from ...columns import (
     table_names,
 )
 from ...fast_learned import (
-    CRDB_STYLE,
-    SIMPLE_KEY,
-    V2_CRDB,
-    Accept,
     LearnedFast,
     Matched,
     commit_from_hlc,
-    decode_or_none,
-    layout_of,
-    learn_keys,
     nested,
 )
+from ...layouts import CRDB_STYLE, SIMPLE_KEY, V2_CRDB, Accept, decode_or_none, layout_of, learn_keys
 from ...proofs import AT_ONCE, ENCODE, interleave
 from ..common import (
     Bad,
@@ -136,7 +130,7 @@ def _bare_quick(raws: list[bytes], accept: Accept) -> Matched | None:
     Returns None when the batch is not of one such layout (the learned layouts take it then).
     """
     first = decode_or_none(_BARE_WRAP_DECODE, raws[0]) if raws else None
-    keys = learn_keys(first.Value, False) if first is not None else None
+    keys = learn_keys(first.Value) if first is not None else None
     if not keys or keys[0] != "__crdb__" or not _accept(keys) or not accept(keys):
         return None  # (the layout is learned from the first body: not bare, not this path)
     idx = np.arange(len(raws))

@@ -17,9 +17,6 @@ import pyarrow.compute as pc
 
 from ...columns import OBJ_START, raw_column
 from ...fast_learned import (
-    COMPACT,
-    COMPACT_SCHEMA,
-    COMPACT_STYLE,
     NULL_STR,
     LearnedFast,
     Matched,
@@ -30,6 +27,7 @@ from ...fast_learned import (
     row_columns,
 )
 from ...hlc import MAX_MICROS
+from ...layouts import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE
 from ..common import (
     Bad,
     Context,

@@ -13,10 +13,7 @@ import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START, raw_column, table_names
 from ...fast_learned import (
-    CRDB_STYLE,
     NULL_STR,
-    V2_CRDB,
-    V2_SCHEMA,
     LearnedFast,
     Matched,
     commit_from_hlc,
@@ -27,6 +24,7 @@ from ...fast_learned import (
     row_columns,
 )
 from ...hlc import MAX_MICROS, hlc_to_micros
+from ...layouts import CRDB_STYLE, V2_CRDB, V2_SCHEMA
 from ..common import (
     Bad,
     Context,
