@@ -16,18 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START, raw_column
-from ...fast_learned import (
-    NULL_STR,
-    LearnedFast,
-    Matched,
-    image,
-    micros_array,
-    nested,
-    per_distinct,
-    row_columns,
-)
+from ...fast_learned import LearnedFast, Matched, nested
 from ...hlc import MAX_MICROS
 from ...layouts import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE
+from ...rowcolumns import NULL_STR, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,
     Context,
@@ -153,7 +145,7 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 
 _FAST_KEYS = frozenset(("before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"))
 _READS = frozenset(("before", "after", "source", "op", "ts_ms"))  # ts_us, ts_ns and transaction: not read
-# Not pa.array, which imports pandas (see fast_learned.NULL_STR).
+# Not pa.array, which imports pandas (see rowcolumns.NULL_STR).
 _OP_TEXT = raw_column([b'"c"', b'"u"', b'"d"', b'"r"', b'"t"'])[0]
 
 

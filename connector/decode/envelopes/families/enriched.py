@@ -12,19 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START, raw_column, table_names
-from ...fast_learned import (
-    NULL_STR,
-    LearnedFast,
-    Matched,
-    commit_from_hlc,
-    image,
-    micros_array,
-    nested,
-    per_distinct,
-    row_columns,
-)
+from ...fast_learned import LearnedFast, Matched, nested
 from ...hlc import MAX_MICROS, hlc_to_micros
 from ...layouts import CRDB_STYLE, V2_CRDB, V2_SCHEMA
+from ...rowcolumns import NULL_STR, commit_from_hlc, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,
     Context,
@@ -102,7 +93,7 @@ def _decode(d: dict[str, bytes], raw: bytes, ctx: Context, env: str) -> list[Row
 # -- the fast path -----------------------------------------------------------------------------------
 
 _FAST_KEYS = frozenset(("after", "before", "key", "op", "source", "ts_ns"))
-# Not pa.array, which imports pandas (see fast_learned.NULL_STR).
+# Not pa.array, which imports pandas (see rowcolumns.NULL_STR).
 _OP_TEXT = raw_column([b'"c"', b'"u"', b'"d"', b'"r"'])[0]
 _KEY_SCHEMA = {"payload", "schema"}
 _SCHEMA_NAME = "cockroachdb.envelope"
