@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crdb_pubsub.decode import fast_learned, layouts
+from crdb_pubsub.decode import fast_learned, layouts, matching
 from crdb_pubsub.decode.envelopes import registry
 from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
@@ -42,6 +42,6 @@ def test_bodies_of_every_learned_family_in_one_batch() -> None:
 
 def test_a_matched_group_names_its_fields() -> None:
     with pytest.raises(TypeError):
-        fast_learned.Matched(np.arange(1), ("a",), {"a": [b"1"]})  # type: ignore[misc]
-    group = fast_learned.Matched(idx=np.arange(1), keys=("a",), values={"a": [b"1"]})
+        matching.Matched(np.arange(1), ("a",), {"a": [b"1"]})  # type: ignore[misc]
+    group = matching.Matched(idx=np.arange(1), keys=("a",), values={"a": [b"1"]})
     assert group.key is None and group.topic is None and group.after is None and group.built == {}

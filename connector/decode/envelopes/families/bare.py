@@ -29,8 +29,9 @@ from ...columns import (
     raw_column,
     table_names,
 )
-from ...fast_learned import LearnedFast, Matched, nested
+from ...fast_learned import LearnedFast
 from ...layouts import CRDB_STYLE, SIMPLE_KEY, V2_CRDB, Accept, decode_or_none, layout_of, learn_keys
+from ...matching import Matched, nested
 from ...proofs import AT_ONCE, ENCODE, interleave
 from ...rowcolumns import commit_from_hlc
 from ..common import (

@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START, raw_column
-from ...fast_learned import LearnedFast, Matched, nested
+from ...fast_learned import LearnedFast
 from ...hlc import MAX_MICROS
 from ...layouts import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE
+from ...matching import Matched, nested
 from ...rowcolumns import NULL_STR, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,

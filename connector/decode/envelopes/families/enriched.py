@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START, raw_column, table_names
-from ...fast_learned import LearnedFast, Matched, nested
+from ...fast_learned import LearnedFast
 from ...hlc import MAX_MICROS, hlc_to_micros
 from ...layouts import CRDB_STYLE, V2_CRDB, V2_SCHEMA
+from ...matching import Matched, nested
 from ...rowcolumns import NULL_STR, commit_from_hlc, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,
