@@ -22,7 +22,7 @@ import pyarrow as pa
 from msgspec import Raw
 
 from .columns import GET_KEY, GET_TOPIC, GET_VALUE, raw_column, utf8_bad
-from .layouts import COMPACT_STYLE, SIMPLE_KEY, Accept, Frame, decode_or_none, layout_of, learn
+from .layouts import COMPACT_STYLE, SIMPLE_KEY, Accept, Frame, Layout, decode_or_none, layout_of, learn
 from .proofs import Texts, encoded_equal, rebuilt_equal, same_length, spaceless_equal
 from .rowcolumns import Col
 
@@ -120,18 +120,20 @@ class Matched:
 
 
 Wanted: TypeAlias = "tuple[str, ...] | frozenset[str] | None"
+Stats: TypeAlias = "tuple[int, int | None] | None"  # total length and (None: not counted) spaces of texts
+_REBUILT = ("length", "rebuild")  # the proofs that compare each body with its rebuild from every value
 
 
 def match_layouts(raws: Texts, frame: Frame, accept: Accept,
-                  wanted: Wanted | Callable[[tuple[str, ...]], Wanted] = None,
-                  stats: tuple[int, int | None] | None = None) -> list[Matched]:  # fmt: skip
+                  wanted: Wanted | Callable[[tuple[str, ...]], Wanted] = None, stats: Stats = None) -> list[Matched]:  # fmt: skip
     """Learn up to _MAX_LAYOUTS layouts from ``raws`` (whose keys ``accept`` likes) and match them.
 
-    ``wanted``: the only keys whose values the caller reads (or a function of the layout's keys
-    giving them); the others' values are then not even taken out of the Structs (Matched.raws
-    takes them later), when no proof needs them. ``stats``: the total length and (None: not
-    counted) spaces of all ``raws``, when the caller has them. In a payload ``frame``, each ``schema``
-    beside the layout is kept raw (Matched.schema).
+    Each layout is learned from the first body no layout took, in ``frame``; the bodies that decode
+    into it and are proven canonical make one group. ``wanted``: the only keys whose values the
+    caller reads (or a function of the layout's keys giving them); the others' values are then not
+    even taken out of the Structs (Matched.raws takes them later), when no proof needs them.
+    ``stats``: the total length and spaces of all ``raws``, when the caller has them. In a payload
+    ``frame``, each ``schema`` beside the layout is kept raw (Matched.schema).
     """
     out: list[Matched] = []
     pending = np.arange(len(raws))
@@ -149,79 +151,113 @@ def match_layouts(raws: Texts, frame: Frame, accept: Accept,
         layout = layout_of(keys, frame.style, frame.wrapper, outer)
         reads = wanted(keys) if callable(wanted) else wanted
         subset = raws if len(pending) == len(raws) else [raws[i] for i in pending.tolist()]
-        try:
-            parsed = list(map(layout.decode, subset))
-            got = pending
-        except Exception:  # noqa: BLE001 - one body of another layout: sort them one by one
-            parsed = [decode_or_none(layout.decode, b) for b in subset]
-            keep = [p is not None for p in parsed]
-            got = pending[np.array(keep, dtype=bool)]
-            parsed = list(itertools.compress(parsed, keep))
-            subset = list(itertools.compress(subset, keep))
+        got, subset, parsed = _decoded(layout, pending, subset)
         if not parsed:
             pending = pending[1:]
             continue
-        # Values read by key, output as their raw text: only a repeated key (malformed for the general
-        # path) would make a difference. Compact objects: their encoded length rules it out; spaced
-        # ones: spaceless_equal, unless few keys make the length check airtight (it needs every
-        # value's length: cheaper for few keys, not for big objects) or long values make the
-        # byte-for-byte rebuild cheaper. Bare rows are rebuilt.
-        if simple and not frame.wrapper and frame.style == COMPACT_STYLE:
-            proof = "encoded"
-        elif outer is not None:
-            proof = "spaceless"  # (payload frames: keys simple, seen above)
-        elif (
-            (not layout.by_length or (reads is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys
-            and simple
-        ):  # fmt: skip
-            proof = "spaceless"
-            total = stats[0] if stats is not None and subset is raws else sum(map(len, subset))
-            if total > _REBUILD_BYTES * len(subset) * (len(keys) + 2 * frame.wrapper):
-                # Long values (text, documents): the rebuild compares each byte once, where the
-                # spaceless proof counts them twice and encodes them (~1.5 ns a byte here).
-                proof = "rebuild"
-        else:
-            proof = "length" if layout.by_length else "rebuild"
-        if proof == "encoded":
-            ok = encoded_equal(subset, parsed, stats[0] if stats is not None and subset is raws else None)
-        elif proof == "spaceless":
-            ok = spaceless_equal(subset, parsed, stats if subset is raws else None)
-        col_keys = keys if proof in ("length", "rebuild") or reads is None else tuple(k for k in keys if k in reads)
-        inner = list(map(GET_VALUE, parsed)) if frame.wrapper else parsed
-        schema = None
-        if outer is not None:
-            schema = list(map(_GET_SCHEMA, inner)) if "schema" in outer else None
-            inner = list(map(_GET_PAYLOAD, inner))
-        # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
-        getters: dict[str, Callable[[Any], Raw]] = dict(zip(keys, layout.getters))
-        columns = [list(map(getters[k], inner)) for k in col_keys]
-        key = list(map(GET_KEY, parsed)) if frame.wrapper else None
-        topic = list(map(GET_TOPIC, parsed)) if frame.wrapper else None
-        if proof in ("length", "rebuild"):
-            rebuild = columns
-            if frame.wrapper:  # Topic decodes to str; the layout holds its JSON text
-                assert key is not None and topic is not None
-                encoded = {t: msgspec.json.encode(t) for t in set(topic)}
-                rebuild = [key] + columns + [list(map(encoded.__getitem__, topic))]
-            if proof == "length":
-                ok = same_length(subset, layout.prefixes, rebuild, layout.end)
-            else:  # (bare rows are rebuilt by the general path: proven byte for byte)
-                ok = rebuilt_equal(subset, layout.prefixes, rebuild, layout.end)
+        known = stats if subset is raws else None
+        proof = _proof(layout, frame, simple, reads, subset, known)
+        col_keys = keys if proof in _REBUILT or reads is None else tuple(k for k in keys if k in reads)
+        group = _taken(layout, got, parsed, col_keys)
+        ok = _proven(proof, layout, subset, parsed, group, known)
         if ok.any():
-            if not ok.all():
-                keep = ok.tolist()
-                columns = [list(itertools.compress(col, keep)) for col in columns]
-                inner = list(itertools.compress(inner, keep))
-                key = list(itertools.compress(key, keep)) if key is not None else None
-                topic = list(itertools.compress(topic, keep)) if topic is not None else None
-                schema = list(itertools.compress(schema, keep)) if schema is not None else None
-            out.append(Matched(idx=got[ok], keys=keys, values=dict(zip(col_keys, columns)), key=key, topic=topic,
-                               schema=schema, parsed=inner, getters=getters))  # fmt: skip
+            out.append(_kept(group, ok))
         done = np.zeros(len(raws), dtype=bool)
         done[got[ok]] = True
         done[pending[0]] = True
         pending = pending[~done[pending]]
     return out
+
+
+def _decoded(layout: Layout, at: np.ndarray, bodies: Texts) -> tuple[np.ndarray, Texts, list[Any]]:
+    """(positions, bodies, Structs) of the ``bodies`` (at positions ``at``) that decode into ``layout``."""
+    try:
+        return at, bodies, list(map(layout.decode, bodies))
+    except Exception:  # noqa: BLE001 - one body of another layout: sort them one by one
+        parsed = [decode_or_none(layout.decode, b) for b in bodies]
+        keep = [p is not None for p in parsed]
+        return (
+            at[np.array(keep, dtype=bool)],
+            list(itertools.compress(bodies, keep)),
+            list(itertools.compress(parsed, keep)),
+        )
+
+
+def _proof(layout: Layout, frame: Frame, simple: bool, reads: Wanted, bodies: Texts, stats: Stats) -> str:
+    """Choose the proof of the ``bodies`` of ``layout``: "encoded", "spaceless", "length" or "rebuild".
+
+    Values read by key, output as their raw text: only a repeated key (malformed for the general
+    path) would make a difference. Compact objects: their encoded length rules it out; spaced ones:
+    spaceless_equal, unless few keys make the length check airtight (it needs every value's length:
+    cheaper for few keys, not for big objects) or long values make the byte-for-byte rebuild
+    cheaper. Bare rows are rebuilt (the general path rebuilds them: proven byte for byte).
+    """
+    keys = layout.keys
+    if simple and not frame.wrapper and frame.style == COMPACT_STYLE:
+        return "encoded"
+    if layout.outer is not None:
+        return "spaceless"  # (payload frames: keys simple, seen when learned)
+    if (not layout.by_length or (reads is not None and len(keys) > _LENGTH_KEYS)) and "__crdb__" not in keys and simple:
+        total = stats[0] if stats is not None else sum(map(len, bodies))
+        if total > _REBUILD_BYTES * len(bodies) * (len(keys) + 2 * frame.wrapper):
+            # Long values (text, documents): the rebuild compares each byte once, where the
+            # spaceless proof counts them twice and encodes them (~1.5 ns a byte here).
+            return "rebuild"
+        return "spaceless"
+    return "length" if layout.by_length else "rebuild"
+
+
+def _taken(layout: Layout, at: np.ndarray, parsed: list[Any], keys: Sequence[str]) -> Matched:
+    """Take the values of ``keys`` out of the Structs ``parsed`` of the bodies at ``at``, as their group.
+
+    The wrapper's Key and Topic and a payload frame's schemas are taken out too.
+    """
+    inner = list(map(GET_VALUE, parsed)) if layout.wrapper else parsed
+    schema = None
+    if layout.outer is not None:
+        schema = list(map(_GET_SCHEMA, inner)) if "schema" in layout.outer else None
+        inner = list(map(_GET_PAYLOAD, inner))
+    # (inside the wrapper, a dotted attrgetter per column costs 4x one getter for Value, then plain ones)
+    getters: dict[str, Callable[[Any], Raw]] = dict(zip(layout.keys, layout.getters))
+    return Matched(
+        idx=at,
+        keys=layout.keys,
+        values={k: list(map(getters[k], inner)) for k in keys},
+        key=list(map(GET_KEY, parsed)) if layout.wrapper else None,
+        topic=list(map(GET_TOPIC, parsed)) if layout.wrapper else None,
+        schema=schema,
+        parsed=inner,
+        getters=getters,
+    )
+
+
+def _proven(proof: str, layout: Layout, bodies: Texts, parsed: list[Any], group: Matched, stats: Stats) -> np.ndarray:
+    """Mask of the ``bodies`` (decoded into ``parsed``, their values taken out into ``group``) ``proof`` proves."""
+    if proof == "encoded":
+        return encoded_equal(bodies, parsed, stats[0] if stats is not None else None)
+    if proof == "spaceless":
+        return spaceless_equal(bodies, parsed, stats)
+    values: list[Texts] = [group.values[k] for k in layout.keys]
+    if layout.wrapper:  # Topic decodes to str; the layout holds its JSON text
+        assert group.key is not None and group.topic is not None
+        encoded = {t: msgspec.json.encode(t) for t in set(group.topic)}
+        values = [group.key, *values, list(map(encoded.__getitem__, group.topic))]
+    if proof == "length":
+        return same_length(bodies, layout.prefixes, values, layout.end)
+    return rebuilt_equal(bodies, layout.prefixes, values, layout.end)
+
+
+def _kept(group: Matched, ok: np.ndarray) -> Matched:
+    """``group`` with only its bodies ``ok``."""
+    if not ok.all():
+        keep = ok.tolist()
+        group.values = {k: list(itertools.compress(v, keep)) for k, v in group.values.items()}
+        for name in ("key", "topic", "schema", "parsed"):
+            taken = getattr(group, name)
+            if taken is not None:
+                setattr(group, name, list(itertools.compress(taken, keep)))
+    group.idx = group.idx[ok]
+    return group
 
 
 def nested(raws: Texts, present: np.ndarray, style: tuple[bytes, bytes], accept: Accept,
