@@ -8,7 +8,7 @@ Three kinds of path, one result:
 * the envelope families' **fast paths** (``Family.fast`` in :mod:`.envelopes.registry`, each in its
   family's module), whole batches at a time: the wrapped one proves CockroachDB's canonical Pub/Sub
   v2 bytes with arithmetic on whole columns; bare, enriched and Debezium bodies are matched against
-  layouts learned from the batch itself (shared machinery in :mod:`.fast_learned`); typed rows
+  layouts learned from the batch itself (shared machinery in :mod:`.passes`); typed rows
   (``row_schema``) of their results are built column by column
   (:func:`crdb_pubsub.decode.typed.struct_column`);
 * the **general path** (:mod:`.envelopes`), message by message, for whatever a fast path could not
@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 
 from .columns import spread
 from .envelopes import Bad, Context, Row, decode_body, registry
-from .fast_learned import merged
 from .inference import schema_from_enriched
+from .passes import merged
 from .schema import COLUMN_NAMES, arrow_schema
 from .vocabulary import ENVELOPES, MODES
 

@@ -1,7 +1,7 @@
 """``envelope=bare``: the row's columns at the top level, CockroachDB's metadata under ``__crdb__``.
 
 The fast path takes bare bodies in the v2 Pub/Sub wrapper, in CockroachDB's own layout, whole
-batches at a time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
+batches at a time (learned layouts, see :mod:`crdb_pubsub.decode.passes`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from ...columns import (
     raw_column,
     table_names,
 )
-from ...fast_learned import LearnedFast
 from ...layouts import CRDB_STYLE, SIMPLE_KEY, V2_CRDB, Accept, decode_or_none, layout_of, learn_keys
 from ...matching import Matched, nested
+from ...passes import LearnedFast
 from ...proofs import AT_ONCE, ENCODE, interleave
 from ...rowcolumns import commit_from_hlc
 from ..common import (

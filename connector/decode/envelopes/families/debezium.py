@@ -5,7 +5,7 @@ Those are change events (PostgreSQL, TiCDC, ...), their transaction metadata eve
 
 The fast path takes change events as Debezium's JSON converter writes them (compact), with schemas
 off or on (``{"schema": ..., "payload": ...}``, also TiCDC's ``{"payload": ...}``), whole batches at a
-time (learned layouts, see :mod:`crdb_pubsub.decode.fast_learned`).
+time (learned layouts, see :mod:`crdb_pubsub.decode.passes`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import OBJ_START, raw_column
-from ...fast_learned import LearnedFast
 from ...hlc import MAX_MICROS
 from ...layouts import COMPACT, COMPACT_SCHEMA, COMPACT_STYLE
 from ...matching import Matched, nested
+from ...passes import LearnedFast
 from ...rowcolumns import NULL_STR, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,

@@ -2,7 +2,7 @@
 
 The fast path takes enriched values in the v2 Pub/Sub wrapper, with or without ``enriched_properties=
 schema`` (``{"payload": ..., "schema": ...}``), whole batches at a time (learned layouts, see
-:mod:`crdb_pubsub.decode.fast_learned`).
+:mod:`crdb_pubsub.decode.passes`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...columns import ARR_START, OBJ_START, raw_column, table_names
-from ...fast_learned import LearnedFast
 from ...hlc import MAX_MICROS, hlc_to_micros
 from ...layouts import CRDB_STYLE, V2_CRDB, V2_SCHEMA
 from ...matching import Matched, nested
+from ...passes import LearnedFast
 from ...rowcolumns import NULL_STR, commit_from_hlc, image, micros_array, per_distinct, row_columns
 from ..common import (
     Bad,

@@ -1,12 +1,12 @@
-"""The shared machinery of the learned-layout fast paths (bare, enriched and Debezium bodies).
+"""The learned fast paths: a family's own (:class:`LearnedFast`), and one pass per frame.
 
-Each of them is defined in its family's module; they share learning a body layout from the batch
-itself, proving the bodies that have it, and building output columns from raw JSON text in bulk.
-What a fast path cannot prove is left to the general path.
-
-A family's learned fast path is a :class:`LearnedFast` (its :class:`Frame` s, which layouts it takes
-and how it builds its rows); the decoder runs the learned fast paths of one frame as one pass over
-the batch (:func:`merged`), v2 bodies grouped by topic first (:func:`.topics.by_topic`).
+Bare, enriched and Debezium bodies each have a fast path over layouts learned from the batch
+itself, defined in the family's module as a :class:`LearnedFast`: the frames its layouts sit in
+(:mod:`.layouts`), which layouts it takes, and how it builds the rows of a matched group
+(:mod:`.rowcolumns`). The decoder runs the learned fast paths of one frame as one pass over the
+batch (:func:`merged`): the layouts are learned and their bodies proven once (:mod:`.matching`,
+v2 bodies grouped by topic first, :mod:`.topics`), and each matched group goes to the family that
+accepts its keys. What a fast path cannot prove is left to the general path.
 """
 
 from __future__ import annotations
@@ -18,15 +18,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .columns import (
-    Part,
-)
+from .columns import Part
 from .layouts import Accept, Frame
 from .matching import Matched, match_layouts
 from .topics import by_topic
-
-# -- a family's learned fast path, and one pass per frame -------------------------------------------
-
 
 Build = Callable[[Matched, list[bytes]], tuple[np.ndarray, dict[str, pa.Array]]]
 Quick = Callable[[list[bytes], Accept], "Matched | None"]

@@ -1,13 +1,13 @@
 """The learned-layout machinery the bare, enriched and Debezium fast paths share
-(``decode/fast_learned.py``): layouts learned from the batch itself, several per batch, and one
-pass per frame for the families whose layouts sit in the same place."""
+(``decode/layouts.py``, ``matching.py``, ``passes.py``): layouts learned from the batch itself,
+several per batch, and one pass per frame for the families whose layouts sit in the same place."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from crdb_pubsub.decode import fast_learned, layouts, matching
+from crdb_pubsub.decode import layouts, matching, passes
 from crdb_pubsub.decode.envelopes import registry
 from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
@@ -16,12 +16,12 @@ from .fast_check import assert_same, bench_decode, fast_count
 
 def test_the_learned_fast_paths_of_one_frame_run_as_one_pass() -> None:
     hooks = [f.fast for f in registry.FAMILIES if f.fast is not None and "auto" in f.fast.envelopes]
-    passes = fast_learned.merged(hooks)
-    frames = [getattr(p, "frame", None) for p in passes]
-    learned = [h for h in hooks if isinstance(h, fast_learned.LearnedFast)]
+    merged = passes.merged(hooks)
+    frames = [getattr(p, "frame", None) for p in merged]
+    learned = [h for h in hooks if isinstance(h, passes.LearnedFast)]
     assert set(frames) - {None} == {f for h in learned for f in h.frames}
     assert len([f for f in frames if f is not None]) == len(set(frames) - {None})  # one pass per frame
-    v2 = passes[frames.index(layouts.V2_CRDB)]
+    v2 = merged[frames.index(layouts.V2_CRDB)]
     assert {p.build.__module__.rsplit(".", 1)[-1] for p in v2.paths} == {"bare", "enriched"}
     assert frames.count(None) == len(hooks) - len(learned)  # the others as they are
 
