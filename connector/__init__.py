@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._spark import require_pyspark as _require_pyspark
 from ._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,7 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .apply import apply_batch, foreach_batch_apply, read_state
     from .decode import DecodeStats, MalformedMessageError, decode_messages, schema_from_enriched
 
-# The public names are imported when first used (PEP 562), not with the package: Spark's
+# pyspark is not a dependency (a cluster brings its own; the ``spark`` extra brings one elsewhere):
+# importing the package needs none, and what needs Spark says in one line when it is missing or
+# older than 4.0 (``_spark``). The public names are imported when first used (PEP 562): Spark's
 # driver-side runner imports ``crdb_pubsub.source`` once per query and never decodes, and the
 # decoder's first ``pa.array`` imports pandas (~0.5 s of a query's start-up there).
 _LAZY = {
@@ -48,10 +51,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "apply":  # CDC apply: crdb_pubsub.apply.apply_batch / foreach_batch_apply / read_state
+        _require_pyspark()
         return importlib.import_module(".apply", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _require_pyspark()  # the decoder and the apply build on pyspark's types
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

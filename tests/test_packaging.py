@@ -1,15 +1,30 @@
-"""What the installed package declares: the dependencies Spark's Python workers need."""
+"""What the installed package declares: the dependencies Spark's Python workers need, and no Spark.
+
+The wheel, as built, carries no dependency on pyspark: installed onto a cluster, whose Spark is no
+pip package, it must not bring a second one (issue 31). A fresh virtualenv shows what pip really
+resolves, and that without pyspark what needs Spark fails with one line.
+"""
 
 from __future__ import annotations
 
+import email
+import json
 import os
+import re
 import subprocess
 import sys
+import time
+import zipfile
 from importlib.metadata import requires
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+# How a user without Spark 4 is told to get it: the end of each of the one-line errors below.
+HOW = "pip install 'crdb-pubsub[spark]', or run where Spark 4 is installed (e.g. Dataproc image 3.0, Serverless runtime 3.0)"
+NO_SPARK = f"ImportError: crdb-pubsub needs pyspark >= 4.0, and none is installed here: {HOW}"
 
 
 def test_pyarrow_as_spark_4_2_needs_it():
@@ -71,3 +86,147 @@ def test_format_works_without_register_in_a_fresh_driver(emulator_host, make_sub
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"ROWS {len(ids)}" in done.stdout
+
+
+# ----------------------------------------------------------------------------- the wheel, as built
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check", str(ROOT)]
+        + ["-w", str(out)],
+        check=True,
+        timeout=300,
+    )
+    (whl,) = out.glob("crdb_pubsub-*.whl")
+    return whl
+
+
+def _metadata(whl: Path) -> email.message.Message:
+    with zipfile.ZipFile(whl) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.message_from_string(z.read(name).decode())
+
+
+def test_the_wheel_requires_no_spark(wheel):
+    """pyspark only under extras: ``spark`` (a machine without Spark), ``connect`` and ``test``."""
+    reqs = [Requirement(r) for r in _metadata(wheel).get_all("Requires-Dist")]
+    spark = [r for r in reqs if r.name == "pyspark"]
+    assert spark and all(r.marker is not None for r in spark), [str(r) for r in spark]
+    by_extra = {e for r in spark for e in ("spark", "connect", "test") if r.marker.evaluate({"extra": e})}
+    assert by_extra == {"spark", "connect", "test"}
+    (plain,) = [r for r in spark if r.marker.evaluate({"extra": "spark"})]
+    assert not plain.extras and plain.specifier.contains("4.0.0") and not plain.specifier.contains("3.5.1")
+
+
+def test_the_index_page_and_the_release_basics(wheel):
+    """The README as the package index shows it links nowhere relative; LICENSE, URLs, classifiers."""
+    meta = _metadata(wheel)
+    body = meta.get_payload()
+    targets = re.findall(r"\]\s?\(([^)\s]+)\)", body)
+    assert len(targets) > 10
+    assert [t for t in targets if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", t)] == []
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
+    assert set(urls) == {"Source", "Documentation", "Changelog", "Issues"}
+    assert all(u.startswith(meta["Home-page"]) for u in urls.values())
+    assert meta["License"] == "Apache-2.0"
+    with zipfile.ZipFile(wheel) as z:
+        (lic,) = [n for n in z.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        text = z.read(lic).decode()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    # The Pythons CI runs the suite on (.ci/run, tests/versions): add one here when CI runs it.
+    pythons = sorted(c.rsplit(" :: ", 1)[1] for c in meta.get_all("Classifier") if re.search(r"Python :: 3\.\d+$", c))
+    assert pythons == ["3.11"]
+
+
+@pytest.mark.parametrize(
+    "fake, line",
+    [
+        (
+            '__version__ = "3.5.1"\n',  # Dataproc image 2.2's Spark: no Python Data Source API
+            "ImportError: crdb-pubsub needs pyspark >= 4.0 (its Python Data Source API), and found pyspark 3.5.1 at {dir}: "
+            + HOW,
+        ),
+        (
+            "import py4j_is_missing\n",  # a cluster's pyspark on the path without its py4j
+            "ImportError: crdb-pubsub needs pyspark >= 4.0, and importing pyspark failed (No module named "
+            "'py4j_is_missing'): " + HOW,
+        ),
+    ],
+    ids=["spark-3.5", "broken"],
+)
+def test_an_unusable_spark_is_named_in_one_line(tmp_path, fake, line):
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text(fake)
+    for snippet in ("import crdb_pubsub.source.datasource", "import crdb_pubsub; crdb_pubsub.decode_messages"):
+        done = subprocess.run(
+            [sys.executable, "-c", snippet],
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},  # before site-packages: shadows the real pyspark
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == line.format(dir=tmp_path / "pyspark"), done.stderr
+        assert "During handling" not in done.stderr and "direct cause" not in done.stderr
+
+
+@pytest.mark.integration
+def test_a_fresh_venv_gets_no_spark_and_one_line_without_it(wheel, tmp_path):
+    """``pip install <wheel>`` into a new virtualenv: pip resolves every dependency from the index
+    (PyPI) as a user's install would, and pulls no pyspark; without it, every way into what needs
+    Spark fails with one line; the package itself imports."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    t0 = time.monotonic()
+    # This interpreter's pip installs into the new venv (--python): the same resolution, without
+    # bootstrapping a pip into it.
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", py, "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    took = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", py, "list", "--format=json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "crdb-pubsub" in names and "pyarrow" in names and "google-cloud-pubsub" in names
+    assert not names & {"pyspark", "py4j", "pyspark-client", "pyspark-connect"}, sorted(names)
+
+    def run(snippet: str) -> subprocess.CompletedProcess:
+        # -s: no user site; outside the repository, so nothing resolves through its sources.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        return subprocess.run(
+            [py, "-s", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    assert run("import importlib.util as u; assert u.find_spec('pyspark') is None").returncode == 0
+    version = run("import crdb_pubsub; print(crdb_pubsub.__version__)")
+    assert version.returncode == 0 and version.stdout.strip(), version.stderr
+    for snippet in (
+        "import crdb_pubsub.source.datasource",  # the data source module
+        "import pyspark_crdb_pubsub",  # what Spark's lookup imports
+        "import crdb_pubsub; crdb_pubsub.register(None)",
+        "import crdb_pubsub; crdb_pubsub.decode_messages",
+        "from crdb_pubsub import apply",
+    ):
+        done = run(snippet)
+        assert done.returncode == 1, (snippet, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines()[-1] == NO_SPARK, (snippet, done.stderr)
+        assert "During handling" not in done.stderr and "direct cause" not in done.stderr, done.stderr
+    size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file())
+    print(
+        f"\nwheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB; pip install into a fresh venv "
+        f"{took:.1f} s, {len(names)} packages, {size / 2**20:.0f} MiB, no pyspark"
+    )

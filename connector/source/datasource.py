@@ -32,9 +32,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from .._spark import require_pyspark
 
-from .options import SourceOptions, option_table, parse_options
+require_pyspark()  # without pyspark >= 4.0: one line saying so, not an ImportError from deep inside
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # noqa: E402
+
+from .options import SourceOptions, option_table, parse_options  # noqa: E402
 
 try:  # Spark 4.2+
     from pyspark.sql.streaming.datasource import (
