@@ -192,7 +192,17 @@ class SimPubSub:
                 m.client_acked = m.client_acked or acked
 
     def delivered_late(self) -> set[str]:
-        return {m.mid for s in self.subs.values() for m in s.messages.values() if m.late}
+        """What an answer passed over for newer messages and, on an ordered subscription, every later
+        message of its key: those wait behind it, so they come late too (seed 82 of executors/gs)."""
+        out: set[str] = set()
+        for s in self.subs.values():
+            for m in s.messages.values():
+                if not m.late:
+                    continue
+                out.add(m.mid)
+                if s.ordered and m.key:
+                    out.update(x.mid for x in s.keys[m.key] if x.index > m.index)
+        return out
 
     def unacked(self, sub: str) -> list[str]:
         return [m.mid for m in self.subs[sub].messages.values() if not m.acked]

@@ -506,14 +506,32 @@ class Receiver:
         self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
     ) -> int:
         live = self._release(chunks)
-        by_sub: dict[str, list[str]] = {}
+        by_sub: dict[str, list[Chunk]] = {}
         for c in live:
-            by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
-        for sub, ids in by_sub.items():
-            self.acker.submit(Job(NACK, sub, ids, on_done=on_done, total=total))
+            by_sub.setdefault(c.sub, []).append(c)
+        for sub, cs in by_sub.items():
+            ids = [a for c in cs for a in c.fresh_ack_ids()]
+            done = self._on_handed_back(sub, self.leaser.leased_until(cs), on_done)
+            self.acker.submit(Job(NACK, sub, ids, on_done=done, total=total))
         n = sum(len(c) for c in live)
         self.counters.add("handedBack", n)
         return n
+
+    def _on_handed_back(
+        self, sub: str, lease_until: float, then: Callable[[AckResult], None] | None
+    ) -> Callable[[AckResult], None]:
+        def done(result: AckResult) -> None:
+            if result.failed:
+                # Not known to be handed back: leased to nobody until the last lease the leaser
+                # asked for (up to lease_seconds, often longer than the ack deadline), which the
+                # next process waits out too (shutdown reports it).
+                with self._cond:
+                    self._drain.shadow(sub, lease_until)
+                    self._drain.leased_at(sub, self._clock())
+            if then is not None:
+                then(result)
+
+        return done
 
     def adopt(self, chunks: Sequence[Chunk]) -> None:
         """Hold messages recovered from an earlier process, as part of a planned batch.

@@ -287,7 +287,10 @@ class ExecutorsMode:
         # return_immediately: a long Pull that timed out again would cast a new shadow.
         with self._lock:
             immediate = frozenset(s for s in subs if plan.cutoff_us is not None and self._drain.shadowed(s))
-        return orders_of(batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._seen.where, immediate)
+        ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
+        return orders_of(
+            batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._seen.where, immediate, ordered
+        )
 
     def known(self, after: int, upto: int) -> list[int]:
         with self._lock:

@@ -62,6 +62,8 @@ class SliceOrder:
     # Where the task asks which of the messages it pulled it must not yield (:mod:`.seen`): the
     # driver-side reader's addresses and token.
     seen: tuple[tuple[str, ...], str] | None = None
+    # Subscriptions with message ordering: a key's messages stay in one slice of a batch.
+    ordered: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # the token stays out of plan strings and logs
         return f"SliceOrder(batch={self.batch_id}, index={self.index}, parts={self.parts})"
@@ -75,6 +77,7 @@ def orders_of(
     lease_seconds: int,
     seen: tuple[tuple[str, ...], str] | None,
     immediate: frozenset[str] = frozenset(),
+    ordered: frozenset[str] = frozenset(),
 ) -> list[SliceOrder]:
     """Return the orders of ``plan``'s tasks."""
     shortest = min(deadlines.values(), default=10)
@@ -97,6 +100,7 @@ def orders_of(
                 cutoff_us=plan.cutoff_us,
                 immediate=tuple(s for s in mine if s in immediate),
                 seen=seen,
+                ordered=tuple(s for s in mine if s in ordered),
             )
         )
     return out

@@ -140,6 +140,7 @@ def _pull_and_record(
         _pull(rpc, order, pulled)
         pulled.drop_unproven(rpc)
         pulled.mark_seen()
+        pulled.leave_keys_to_siblings(store, rpc)
         table, info = pulled.table(), pulled.info()
         published = store.publish(claim, order.batch_id, order.index, table, info)
     except BaseException:
@@ -288,6 +289,70 @@ class _Pulled:
             for (i, j), drop in zip(asked, answer.tolist()):
                 if drop:
                     self.roles[i][j] = REDELIVERY
+
+    def leave_keys_to_siblings(self, store: SliceStore, rpc: Rpc) -> None:
+        """On an ordered subscription, leave a key to the sibling slice that recorded it first.
+
+        Pub/Sub delivers a key's message again, with the key's next ones, once its lease lapsed: a
+        sibling of this batch may have recorded the first delivery (its lease outlived the
+        recording, so the sibling's slice is there before this task was delivered the message
+        again). Yielded here, the next ones would come before it whenever this slice comes first in
+        the batch. So what the sibling keeps is acknowledged with the batch and not yielded here,
+        and the key's other messages go back to Pub/Sub: a later batch brings them, in order.
+        """
+        ordered = set(self.order.ordered)
+        if not ordered or self.order.parts < 2 or not any(c.sub in ordered for c in self.chunks):
+            return
+        theirs: dict[str, set[str]] = {}
+        for p in range(self.order.parts):
+            found = None if p == self.order.index else store.read_acks(self.order.batch_id, p)
+            if found is None:
+                continue
+            kept = found[0].filter(pc.equal(found[0].column("role"), KEEP))
+            for sub, mid in zip(kept.column("sub").to_pylist(), kept.column("message_id").to_pylist()):
+                if sub in ordered:
+                    theirs.setdefault(sub, set()).add(mid)
+        keys_of = {
+            i: self.batches[i].column("ordering_key").to_pylist() for i, c in enumerate(self.chunks) if c.sub in theirs
+        }
+        contested = {
+            (c.sub, keys_of[i][j])
+            for i, c in enumerate(self.chunks)
+            if i in keys_of
+            for j, mid in enumerate(c.message_ids)
+            if keys_of[i][j] and mid in theirs[c.sub] and self.roles[i][j] == KEEP
+        }
+        if not contested:
+            return
+        back: list[Chunk] = []
+        for i in sorted(keys_of, reverse=True):
+            c, roles = self.chunks[i], self.roles[i]
+            give = []
+            for j, mid in enumerate(c.message_ids):
+                if roles[j] != KEEP or (c.sub, keys_of[i][j]) not in contested:
+                    continue
+                if mid in theirs[c.sub]:
+                    roles[j] = REDELIVERY
+                else:
+                    give.append(j)
+            if not give:
+                continue
+            rest = [j for j in range(len(c)) if j not in set(give)]
+            back.append(c.take(give))
+            self.keeper.discard([c])
+            if rest:
+                kept = c.take(rest)
+                self.keeper.add_scheduled(kept)
+                self.chunks[i], self.batches[i], self.roles[i] = kept, kept.batch, roles[rest]
+            else:
+                del self.chunks[i], self.batches[i], self.roles[i]
+        if back:
+            _hand_back(rpc, back)
+            wall = time.time()
+            for c in back:  # deliverable again: no answer before proves the subscription drained
+                e = self.evidence[c.sub]
+                e.shadow_until = max(e.shadow_until, wall)
+            self.handed_back += sum(len(c) for c in back)
 
     def table(self) -> pa.Table:
         if not self.chunks:

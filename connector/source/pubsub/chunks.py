@@ -155,6 +155,27 @@ class Chunk:
             out.append(c)
         return out[0], out[1]
 
+    def take(self, indices: list[int]) -> Chunk:
+        """Return the messages at ``indices`` (in that order) as a chunk with the same lease state."""
+        assert self.batch is not None
+        part = self.batch.take(pa.array(indices, pa.int64()))
+        nbytes, largest = sizes_of(part)
+        c = Chunk(
+            self.sub,
+            [self.message_ids[i] for i in indices],
+            [self.ack_ids[i] for i in indices],
+            part,
+            nbytes,
+            largest,
+            self.first_received,
+        )
+        new = {old: i for i, old in enumerate(indices)}
+        c.stale = {new[i] for i in self.stale if i in new}
+        c.earlier = {new[i]: ids for i, ids in self.earlier.items() if i in new}
+        c.lease_until, c.renew_at, c.given_up, c.state = self.lease_until, self.renew_at, self.given_up, self.state
+        c.proven_until = self.proven_until
+        return c
+
 
 def sizes_of(batch: pa.RecordBatch) -> tuple[int, int]:
     """(total, largest) body bytes of a wire batch."""

@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..transport import AckResult
 from .chunks import DONE, Chunk
@@ -98,6 +98,11 @@ class Leaser:
         with self._lock:
             for c in chunks:
                 self._chunks.pop(c, None)
+
+    def leased_until(self, chunks: Iterable[Chunk]) -> float:
+        """Return the latest time (on this leaser's clock) until which ``chunks`` may be leased."""
+        with self._lock:
+            return max((c.lease_until for c in chunks), default=0.0)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -190,6 +195,9 @@ class Leaser:
             for c in chunks:
                 if c.state == DONE:
                     continue  # acknowledged meanwhile: its renewal counts for nothing
+                # Whether or not it was answered, it may have taken effect by now: the lease may
+                # last this long (a hand-back that fails leaves the message leased until then).
+                c.lease_until = max(c.lease_until, answered + seconds)
                 mine = c.fresh_ack_ids()
                 # Extended when, of each message, an ack id was (the others are earlier deliveries').
                 ok = not failed or not any(c.failed(i, failed) for i in range(len(c)) if i not in c.stale)

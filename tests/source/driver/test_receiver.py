@@ -215,3 +215,40 @@ def _ok(ids):
     from crdb_pubsub.source.transport import AckResult
 
     return AckResult(confirmed=list(ids))
+
+
+class _RefusingHandBacks(_AnsweringRpc):
+    """Extends leases; every hand-back (ModifyAckDeadline 0) is lost on the way."""
+
+    def modify_ack_deadline(self, subscription, ack_ids, seconds, *, total=None):
+        if seconds == 0:
+            from google.api_core.exceptions import DeadlineExceeded
+
+            raise DeadlineExceeded("ModifyAckDeadline: the request was lost")
+        return _ok(ack_ids)
+
+
+def test_a_hand_back_that_failed_is_reported_as_a_lease_the_next_run_waits_out():
+    """An AvailableNow run hands back what was published after its cutoff, and the hand-back is
+    lost: those messages stay leased, to nobody, for the whole lease the leaser last granted (60 s
+    here, not the subscription's 10 s). Shutdown must say so, or the next AvailableNow run takes
+    Pub/Sub's empty answers for a drained subscription and ends with them unread (found by the
+    simulation, seed 440 of driver/posix)."""
+    import time
+
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    r = Receiver(
+        _RefusingHandBacks(), ["s"], lease_seconds=60, max_lease_seconds=600, max_messages=1000, max_bytes=1 << 30
+    )
+    r.start()
+    try:
+        r.set_cutoff(1_600_000_000 * 10**6)  # both messages were published after it
+        r.accept("s", _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(2)]), Reservation(2, 0))
+        r.leaser.extend(list(r._later), 60)
+        before = time.time()
+        assert r.end_available_now(within=2)
+        leased_until = r.shutdown(hand_back=True, within=2)
+        assert leased_until >= before + 59, f"reported leased until {leased_until - before:.1f} s from now"
+    finally:
+        r.shutdown(hand_back=False, within=1)
