@@ -1,34 +1,38 @@
-"""examples/dataproc/streaming_job.py run exactly as Dataproc runs it: ``spark-submit`` with the built wheel
-on ``--py-files``, against the emulator, bounded with ``--available-now``; the source's ``stateDir`` and the
-Delta tables on ``gs://`` (the suite's Cloud Storage test server), in both receiver modes.
+"""examples/dataproc/streaming_job.py run as Dataproc runs it: ``spark-submit`` with the built wheel
+installed on the "nodes" (the guide's initialization action or container), on Spark's
+``local-cluster[2,1,1024]`` master (two executor JVMs of their own), against the emulator, bounded with
+``--available-now``; the source's ``stateDir`` and the Delta tables on ``gs://`` (the suite's Cloud
+Storage test server), in both receiver modes.
 
-Delta on ``gs://``: delta-rs (object_store) reaches any endpoint through a service-account file
-with ``gcs_base_url`` and ``disable_oauth`` (``GOOGLE_SERVICE_ACCOUNT`` names it), but it speaks
-Cloud Storage's XML API, and the test server (fake-gcs-server 1.54) lacks two pieces of it:
+Nothing reaches the driver or the executors but what a cluster gives them:
 
-* an object PUT (``PUT /bucket/key``, with ``x-goog-if-generation-match: 0`` for a Delta commit)
-  is answered ``400 invalid uploadType`` (fake-gcs-server issue 331, open);
-* an XML listing ignores ``start-after``, so delta-rs sees old commits as new ones and a MERGE
-  fails with ``Invalid table version``.
+* the package comes from the wheel alone: the job's interpreter is a venv of its own that sees the
+  suite's site-packages (the dependencies) and the wheel installed with ``--no-deps``, but not the
+  editable install of ``crdb_pubsub`` (its ``.pth`` hook is never run there); why not
+  ``--py-files``: :func:`cluster_python`;
+* ``spark-submit`` gets an allowlisted environment (PATH, JAVA_HOME, LANG, a fresh HOME and cwd),
+  ``PYTHONPATH`` empty for the executors' Python workers, ``SPARK_HOME`` a folder of its own (links to
+  pyspark's ``bin``/``jars``) so that the executors' work folders land there; local-cluster's
+  executor JVMs inherit the driver's environment, which therefore holds only what every Dataproc
+  VM has: credentials, here ``STORAGE_EMULATOR_HOST`` (for the ``gs://`` stateDir) and
+  ``GOOGLE_SERVICE_ACCOUNT`` (delta-rs pointed at the test server); the Pub/Sub emulator goes as
+  the ``emulatorHost`` option, inside the reader's options as any option travels;
+* the job's message ids are recorded per batch (``tests/dataproc_audited_job.py`` wraps the job's
+  foreachBatch function, nothing else), so lost and duplicated messages are counted, not inferred
+  from the Delta tables, which hide duplicates.
 
-:class:`XmlFront` stands between them and translates exactly those two (the PUT into a JSON
-multipart upload with ``ifGenerationMatch``, which the server enforces; the listing filtered past
-``start-after``); every other request goes through unchanged, and a request it can't translate
-(an XML multipart upload, a copy) is answered 501 naming it.
+Delta on ``gs://`` goes through ``tests/gcs_front.py`` (the two XML API calls fake-gcs-server lacks).
 """
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import threading
-import urllib.parse
-import uuid
-import xml.etree.ElementTree as ET
+import time
 from pathlib import Path
 
 import pytest
@@ -41,185 +45,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "examples" / "dataproc" / "streaming_job.py"
+AUDITED_JOB = Path(__file__).resolve().parent / "dataproc_audited_job.py"
 PROJECT = "test-project"
 
 
-def _spark_submit() -> str:
-    """The spark-submit the pyspark package ships (next to the venv's python, else in SPARK_HOME)."""
-    candidate = Path(sys.executable).with_name("spark-submit")
-    if candidate.exists():
-        return str(candidate)
+def _pyspark_home() -> Path:
     import pyspark
 
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
-
-
-class XmlFront:
-    """An HTTP front for the test server that gives delta-rs the two XML API calls it lacks (see the
-    module docstring). ``endpoint`` is where delta-rs goes; what it refuses is appended to ``refused``.
-
-    It runs in a process of its own (:func:`start_xml_front`): delta-rs calls such as
-    ``DeltaTable.is_deltatable`` hold the GIL while they wait for the server, so a front on a thread
-    of the calling process never answers them."""
-
-    def __init__(self, upstream: str, refused: Path) -> None:
-        up = urllib.parse.urlsplit(upstream)
-        self.upstream = (up.hostname, up.port)
-        self.refused = refused
-        front = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def handle_one(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else None
-                url = urllib.parse.urlsplit(self.path)
-                query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-                headers = {k.lower(): v for k, v in self.headers.items() if k.lower() != "host"}
-                if self.command == "PUT" and not query and "x-goog-copy-source" not in headers:
-                    return self.reply(*front.put_object(url.path, body or b"", headers))
-                if self.command in ("PUT", "POST"):
-                    with open(front.refused, "a", encoding="utf-8") as fh:
-                        fh.write(f"{self.command} {self.path}\n")
-                    return self.reply(501, {}, f"XmlFront: no translation for {self.command} {self.path}".encode())
-                after = query.pop("start-after", [None])[0] if "list-type" in query else None
-                path = (
-                    url.path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
-                    if after is not None
-                    else self.path
-                )
-                status, out_headers, data = front.forward(self.command, path, body, headers)
-                if after is not None and status == 200:
-                    data = _drop_keys_up_to(data, after)
-                self.reply(status, out_headers, data)
-
-            def reply(self, status: int, headers: dict, data: bytes) -> None:
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_one
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def forward(self, method: str, path: str, body: bytes | None, headers: dict) -> tuple[int, dict, bytes]:
-        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, dict(resp.getheaders()), resp.read()
-        finally:
-            conn.close()
-
-    def put_object(self, path: str, data: bytes, headers: dict) -> tuple[int, dict, bytes]:
-        """``PUT /bucket/key`` as a JSON multipart upload (the server enforces ``ifGenerationMatch``
-        there, not on ``uploadType=media``); answers with the headers object_store reads."""
-        bucket, _, key = path.lstrip("/").partition("/")
-        bucket, key = urllib.parse.unquote(bucket), urllib.parse.unquote(key)
-        query = {"uploadType": "multipart"}
-        if "x-goog-if-generation-match" in headers:
-            query["ifGenerationMatch"] = headers["x-goog-if-generation-match"]
-        boundary = uuid.uuid4().hex
-        body = (
-            (
-                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}"
-                f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
-            ).encode()
-            + data
-            + f"\r\n--{boundary}--\r\n".encode()
-        )
-        status, _, out = self.forward(
-            "POST",
-            f"/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?" + urllib.parse.urlencode(query),
-            body,
-            {"content-type": f"multipart/related; boundary={boundary}"},
-        )
-        if status != 200:
-            return status, {}, b""
-        obj = json.loads(out)
-        return 200, {"ETag": f'"{obj["md5Hash"]}"', "x-goog-generation": str(obj["generation"])}, b""
-
-    def serve_until_stdin_closes(self) -> None:
-        threading.Thread(target=self.server.serve_forever, name="xml-front", daemon=True).start()
-        print(self.endpoint, flush=True)
-        sys.stdin.read()  # the test closes it, or dies
-        self.server.shutdown()
-
-
-def start_xml_front(upstream: str, refused: Path) -> tuple[subprocess.Popen, str]:
-    """This file run as ``python test_dataproc.py xml-front UPSTREAM REFUSED``: the front's process and endpoint."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "xml-front", upstream, str(refused)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parent,
-    )
-    endpoint = proc.stdout.readline().strip()
-    if not endpoint.startswith("http://"):
-        proc.kill()
-        raise RuntimeError(f"the XML front did not start (exit code {proc.wait()})")
-    return proc, endpoint
-
-
-def _drop_keys_up_to(listing: bytes, after: str) -> bytes:
-    """An XML ``ListBucketResult`` without the keys <= ``after`` (``start-after`` is exclusive)."""
-    root = ET.fromstring(listing)
-    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-    if ns:
-        ET.register_namespace("", ns[1:-1])
-    kept = 0
-    for item in root.findall(f"{ns}Contents"):
-        if item.findtext(f"{ns}Key", "") <= after:
-            root.remove(item)
-        else:
-            kept += 1
-    count = root.find(f"{ns}KeyCount")
-    if count is not None:
-        count.text = str(kept + len(root.findall(f"{ns}CommonPrefixes")))
-    return ET.tostring(root, xml_declaration=True, encoding="UTF-8")
+    return Path(pyspark.__file__).parent
 
 
 @pytest.fixture(scope="module")
 def delta_gcs(gcs_server, tmp_path_factory):
-    """delta-rs pointed at the test server through :class:`XmlFront`: ``(storage_options, env)``,
+    """delta-rs pointed at the test server through ``gcs_front.XmlFront``: ``(storage_options, env)``,
     the same settings as ``storage_options`` (this process) and as environment (the job's)."""
-    folder = tmp_path_factory.mktemp("delta-gcs")
-    refused = folder / "refused.txt"
-    proc, endpoint = start_xml_front(gcs_server.endpoint, refused)
-    account = folder / "service-account.json"
-    account.write_text(
-        json.dumps(
-            {
-                "gcs_base_url": endpoint,
-                "disable_oauth": True,
-                "client_email": "",
-                "private_key": "",
-                "private_key_id": "",
-            }
-        )
-    )
-    try:
+    from gcs_front import delta_account
+
+    with delta_account(gcs_server.endpoint, tmp_path_factory.mktemp("delta-gcs")) as account:
         yield {"google_service_account": str(account)}, {"GOOGLE_SERVICE_ACCOUNT": str(account)}
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert not refused.exists(), refused.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -271,49 +114,141 @@ class _Watch(threading.Thread):
             self.seen.update(self.storage.list("v3/"))
 
 
+@pytest.fixture(scope="module")
+def cluster_python(tmp_path_factory, wheel) -> Path:
+    """A node's interpreter: a venv whose site-packages holds one ``.pth`` line naming the suite's
+    site-packages (the dependencies; a path added that way is not a site folder, so its ``.pth``
+    files, the editable install's import hook, are never run) and the built wheel installed with
+    ``--no-deps``, as the guide's initialization action (or container) installs it on every node.
+
+    ``--py-files`` is not enough: pyspark puts an entry on its Python workers' path only for
+    ``.zip``/``.egg``/``.jar`` names, and the streaming source's driver-side runner process
+    (``python_streaming_source_runner``) gets none of them whatever the name: measured here, a
+    ``.whl`` fails at ``load()`` and the same wheel renamed ``.zip`` at the first batch, both with
+    ``No module named 'crdb_pubsub'``."""
+    folder = tmp_path_factory.mktemp("cluster-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    python = folder / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "suite-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import sys, importlib.util as u; import pyspark, pyarrow, deltalake, google.cloud.pubsub, google.cloud.storage; "
+            "print(u.find_spec('crdb_pubsub').origin.startswith(sys.prefix))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    assert probe.stdout.strip() == "True", (probe.stdout, probe.stderr[-2000:])
+    return python
+
+
+@pytest.fixture(scope="module")
+def spark_home(tmp_path_factory) -> Path:
+    """A SPARK_HOME of the test's own (links to the pyspark package's folders): local-cluster's
+    workers put the executors' work folders (their logs, the files Spark ships) under it."""
+    home = tmp_path_factory.mktemp("spark-home")
+    for name in ("bin", "jars", "sbin", "python", "conf"):
+        if (_pyspark_home() / name).exists():
+            (home / name).symlink_to(_pyspark_home() / name)
+    return home
+
+
+def _cluster_env(spark_home: Path, home: Path, extra: dict[str, str]) -> dict[str, str]:
+    keep = ("PATH", "JAVA_HOME", "LANG", "LC_ALL", "TMPDIR")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(HOME=str(home), SPARK_HOME=str(spark_home), **extra)
+    return env
+
+
+def _why(stderr: str) -> str:
+    """The first Python traceback of a failed job's stderr (Spark's log hides it), and the tail."""
+    at = stderr.find("Traceback (most recent call last)")
+    first = stderr[at : at + 4000] if at >= 0 else ""
+    errors = [line for line in stderr.splitlines() if " ERROR " in line or "Error:" in line][:20]
+    return "\n".join([first, *errors, "...", stderr[-2000:]])
+
+
+def _tally(published: list[str], delivered: list[str]) -> tuple[int, int, int]:
+    """(lost, duplicated, unexpected): published ids never delivered, deliveries beyond the first of
+    an id, ids delivered that were never published."""
+    seen: dict[str, int] = {}
+    for i in delivered:
+        seen[i] = seen.get(i, 0) + 1
+    want = set(published)
+    return len(want - set(seen)), sum(n - 1 for n in seen.values()), len(set(seen) - want)
+
+
 @pytest.mark.parametrize("receiver", ["driver", "executors"])
-def test_streaming_job_via_spark_submit_with_the_wheel(
-    gcs_server, delta_gcs, emulator_host, wheel, gcs_state_url: str, tmp_path: Path, receiver: str
+def test_streaming_job_on_local_cluster_with_the_wheel(
+    gcs_server,
+    delta_gcs,
+    emulator_host,
+    cluster_python,
+    spark_home,
+    gcs_state_url: str,
+    tmp_path: Path,
+    receiver: str,
 ):
-    """The job as Dataproc runs it, with either receiver: the source's stateDir and the Delta tables
-    on gs:// (the checkpoint stays local: Spark reaches gs:// through the Cloud Storage connector's
-    jar, which this machine can't fetch)."""
+    """The job as Dataproc runs it, with either receiver, on two executor JVMs: the source's stateDir
+    and the Delta tables on gs:// (the checkpoint stays on the driver's disk: Spark reaches gs://
+    through the Cloud Storage connector's jar, which this machine can't fetch); lost 0, duplicated 0."""
     from crdb_pubsub.tools.simulator import ChangefeedSimulator
 
     storage_options, delta_env = delta_gcs
     sim = ChangefeedSimulator(seed=5, updated=True, diff=True, resolved_every=50)
     stem = f"dp-{tmp_path.name[-12:]}".replace("_", "-")
     subs, report = publish_simulated(emulator_host, PROJECT, sim, stem, 600, shuffle_window=20, duplicate_fraction=0.03)
+    published = [i for ids in report.message_ids.values() for i in ids]
 
     # One bucket, one prefix per query, as the guide recommends: the ledger and the tables side by side.
     source_state, tables = f"{gcs_state_url}/source-state", f"{gcs_state_url}/tables"
-    checkpoint = tmp_path / "checkpoint"
-    env = {k: v for k, v in os.environ.items() if k != "PUBSUB_EMULATOR_HOST"}
-    env.update(
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        STORAGE_EMULATOR_HOST=gcs_server.endpoint,
-        **delta_env,
-    )
-    cmd = [
-        _spark_submit(),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        "spark.sql.session.timeZone=UTC",
+    cwd, home, ids_dir = tmp_path / "cwd", tmp_path / "home", tmp_path / "ids"
+    cwd.mkdir()
+    home.mkdir()
+    env = _cluster_env(spark_home, home, {"STORAGE_EMULATOR_HOST": gcs_server.endpoint, **delta_env})
+    serial = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # three JVMs on two cores (tests/stream_job.py)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.log.level": "WARN",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.pyspark.python": str(cluster_python),
+        "spark.pyspark.driver.python": str(cluster_python),
+        "spark.executorEnv.PYTHONPATH": "",
+        "spark.executor.memory": "512m",
+        "spark.driver.extraJavaOptions": serial,
+        "spark.executor.extraJavaOptions": serial,
+    }
+    cmd = [str(spark_home / "bin" / "spark-submit"), "--master", "local-cluster[2,1,1024]"]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [
         "--py-files",
-        str(wheel),
         str(JOB),
+        str(AUDITED_JOB),
+        "--ids-dir",
+        str(ids_dir),
         "--subscriptions",
         ",".join(subs),
         "--emulator-host",
         emulator_host,
         "--checkpoint",
-        str(checkpoint),
+        str(tmp_path / "checkpoint"),
         "--state-dir",
         tables,
         "--simulator-schemas",
@@ -331,20 +266,46 @@ def test_streaming_job_via_spark_submit_with_the_wheel(
         cmd += ["--option", "numPartitions=2"]
     watch = _Watch(source_state)
     watch.start()
+    t0 = time.monotonic()
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env, cwd=cwd)
     finally:
         watch.done.set()
         watch.join()
+    took = time.monotonic() - t0
+    (tmp_path / "job.stderr").write_text(res.stderr)
+    (tmp_path / "job.stdout").write_text(res.stdout)
     events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith('{"event"')]
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, res.stdout[-3000:] + _why(res.stderr)
     start, done = events[0], events[-1]
     assert start["event"] == "start" and done["event"] == "done", events
-    # The job imported the package from the wheel on --py-files, as on Dataproc.
-    assert wheel.name in start["module"], start["module"]
+    # The job imported the package installed from the wheel on the "node", not the checkout.
+    assert start["module"].startswith(str(cluster_python.parents[1])), start["module"]
+    # Two executor JVMs ran tasks: their work folders are under the test's SPARK_HOME.
+    apps = list((spark_home / "work").glob("app-*"))
+    executors = {p.name for app in apps for p in app.iterdir() if p.is_dir()}
     batches = [e for e in events if e["event"] == "batch"]
     assert len(batches) >= 2 and done["batches"] == len(batches)
-    assert done["messages"] >= report.published - report.duplicates and done["malformed"] == 0
+
+    delivered = [i for p in sorted(ids_dir.glob("*.ids")) for i in p.read_text().split("\n") if i]
+    lost, duplicated, unexpected = _tally(published, delivered)
+    print(
+        json.dumps(
+            {
+                "test": f"dataproc-local-cluster-{receiver}",
+                "published": len(published),
+                "delivered": len(delivered),
+                "lost": lost,
+                "duplicated": duplicated,
+                "batches": len(batches),
+                "executor_work_dirs": len(executors),
+                "job_seconds": round(took, 1),
+            }
+        )
+    )
+    assert unexpected == 0 and lost == 0 and duplicated == 0, (lost, duplicated, unexpected)
+    assert len(executors) >= 2, f"executor work folders: {sorted(executors)}"
+    assert done["malformed"] == 0 and done["messages"] == len(published)
 
     # The Delta tables are on gs:// and hold the simulator's ground truth.
     problems = compare_to_ground_truth(
@@ -411,7 +372,3 @@ def test_streaming_job_refuses_a_source_state_dir_that_overlaps(state_dir):
         timeout=60,
     )
     assert res.returncode == 2 and "prefix of its own" in res.stderr, res.stderr
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["xml-front"]:
-    XmlFront(sys.argv[2], Path(sys.argv[3])).serve_until_stdin_closes()
