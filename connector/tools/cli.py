@@ -4,8 +4,11 @@
     crdb-pubsub simulate --emulator-host 127.0.0.1:8085 --rows 1000 --updated --diff
     eval "$(crdb-pubsub emulator start)"; crdb-pubsub emulator env; crdb-pubsub emulator stop
 
-Exit codes: 0 success; 1 an environment problem (Pub/Sub unreachable, emulator failed, ...);
-2 a usage mistake (one line on stderr, never a traceback); 130 interrupted.
+Exit codes: 0 success; 1 an environment problem (no Application Default Credentials, permission
+denied, the emulator failed to start, ...); 2 a mistake in what the command was given: a bad flag,
+a credentials file that does not load, a subscription that does not exist, a host that refuses or
+does not answer (one line on stderr naming the flag, never a traceback); 130 interrupted. Every
+RPC has a deadline (:mod:`crdb_pubsub.tools.rpc`): an unreachable host is said within seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -24,6 +28,7 @@ from crdb_pubsub.emulator.__main__ import OneLineErrorParser as _Parser
 from crdb_pubsub.emulator.__main__ import UsageError
 from crdb_pubsub.emulator.__main__ import positive_integer as _positive_int
 from crdb_pubsub.emulator.__main__ import positive_number as _positive_float
+from crdb_pubsub.tools.rpc import RPC_SECONDS, Unreachable, check_reachable, emulator_source, rpc_failure
 
 __all__ = ["build_parser", "main", "tail"]
 
@@ -32,12 +37,14 @@ PROG = "crdb-pubsub"
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the full ``crdb-pubsub`` parser (``simulate`` is parsed by the simulator's own parser)."""
+    from crdb_pubsub._version import __version__
     from crdb_pubsub.decode.vocabulary import ENVELOPES
 
     parser = _Parser(
         prog=PROG,
         description="CockroachDB changefeeds on Google Cloud Pub/Sub: inspect, simulate, and run the local emulator.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}", help="print the version")
     # "cmd", not "command": the embedded emulator parser uses "command" for start/stop/env/run.
     sub = parser.add_subparsers(dest="cmd", metavar="{tail,simulate,emulator}", parser_class=_Parser)
     sub.required = True
@@ -76,7 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
         "object per line, before/after/key as the exact JSON CockroachDB sent)",
     )
     t.add_argument(
-        "--envelope", choices=ENVELOPES, default="auto", help="force an envelope (default auto: detected per message)"
+        "--envelope",
+        choices=ENVELOPES,
+        default="auto",
+        help="force an envelope (default auto: detected per message); csv needs --row-schema",
+    )
+    t.add_argument(
+        "--row-schema",
+        default=None,
+        metavar="DDL",
+        help="the columns as Spark DDL, e.g. 'id INT, name STRING': before/after become typed; "
+        "required with --envelope csv (CSV lines carry no column names)",
     )
     t.add_argument(
         "--wait",
@@ -110,23 +127,50 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------------------------
 
 
+# The source's options tail sets, and the flags they come from: its errors are said in the CLI's words.
+_FLAGS = {
+    "subscription": "--subscription",
+    "projectId": "--project",
+    "emulatorHost": "--emulator-host",
+    "credentialsFile": "--credentials-file",
+    "rowSchema": "--row-schema",
+    "envelope": "--envelope",
+}
+
+
+def in_flags(text: str) -> str:
+    """Say a source error (written for Spark's options) in the CLI's flags, on one line."""
+    text = text.replace("crdb_pubsub: ", "").splitlines()[0]
+    text = text.replace("; accepted: see the README's option table", "")
+    # "option 'emulatorHost'='x' is not accepted" -> "--emulator-host 'x' is not accepted"
+    text = re.sub(r"option '(\w+)'=", lambda m: _FLAGS.get(m.group(1), m.group(1)) + " ", text)
+    text = re.sub(r"option '(\w+)'", lambda m: _FLAGS.get(m.group(1), m.group(1)), text)
+    for name, flag in _FLAGS.items():
+        if name != name.lower():  # camelCase names never occur in prose
+            text = re.sub(rf"\b{name}\b", flag, text)
+    return re.sub(r"^subscription\b", "--subscription", text)
+
+
 def _source_options(args: argparse.Namespace) -> Any:
     from crdb_pubsub.source.options import parse_options
 
-    raw = {"subscription": args.subscription}
+    if args.envelope == "csv" and not args.row_schema:
+        raise UsageError(
+            "--envelope csv needs --row-schema: CSV lines carry no column names (e.g. --row-schema 'id INT, name STRING')"
+        )
+    raw = {"subscription": args.subscription, "envelope": args.envelope}
     if args.project:
         raw["projectId"] = args.project
     if args.emulator_host:
         raw["emulatorHost"] = args.emulator_host
     if args.credentials_file:
         raw["credentialsFile"] = args.credentials_file
+    if args.row_schema:
+        raw["rowSchema"] = args.row_schema
     try:
         opts = parse_options(raw)
     except ValueError as exc:
-        text = str(exc).replace("crdb_pubsub: ", "").splitlines()[0]
-        raise UsageError(
-            text.replace("give projectId", "give --project").replace("option 'projectId'", "--project")
-        ) from None
+        raise UsageError(in_flags(str(exc))) from None
     paths = opts.subscription_paths
     if len(paths) != 1:
         raise UsageError("tail reads one subscription at a time")
@@ -144,11 +188,28 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
     try:
         creds = load_credentials(**opts.credential_kwargs())
     except CredentialsError as exc:
-        print(f"error: {exc}", file=err)
+        if args.credentials_file:  # the file the user named: their mistake
+            raise UsageError(in_flags(str(exc))) from None
+        print(f"error: {exc}", file=err)  # no Application Default Credentials here: the environment's
         return 1
-    client = subscriber_client(opts.effective_emulator_host, creds)
+    host = opts.effective_emulator_host
+    if host:
+        origin = emulator_source(args.emulator_host, os.environ.get("PUBSUB_EMULATOR_HOST"))
+        where = f"the emulator at {host} ({origin})"
+        check_reachable(host, origin)
+    else:
+        where = "Pub/Sub at pubsub.googleapis.com"
+    client = subscriber_client(host, creds)
     received: list[Any] = []
     try:
+        try:  # the subscription exists, and the host answers within a deadline
+            client.get_subscription(request={"subscription": subscription}, timeout=RPC_SECONDS, retry=None)
+        except gexc.NotFound:
+            raise UsageError(f"subscription {subscription} does not exist") from None
+        except gexc.PermissionDenied:
+            pass  # roles/pubsub.subscriber may pull without being allowed to get: the pull says
+        except gexc.GoogleAPICallError as exc:
+            raise rpc_failure(exc, where) from None
         while len(received) < args.limit:
             try:
                 resp = client.pull(
@@ -157,15 +218,14 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
                     retry=None,
                 )
             except gexc.DeadlineExceeded:
-                break  # nothing (more) waiting
+                break  # nothing (more) waiting (the host answered get_subscription)
             except gexc.NotFound:
                 raise UsageError(f"subscription {subscription} does not exist") from None
             except gexc.PermissionDenied:
                 print(f"error: permission denied on {subscription}: the caller needs roles/pubsub.subscriber", file=err)
                 return 1
             except gexc.GoogleAPICallError as exc:
-                print(f"error: cannot reach Pub/Sub for {subscription}: {type(exc).__name__}", file=err)
-                return 1
+                raise rpc_failure(exc, where) from None
             if not resp.received_messages:
                 break
             received.extend(resp.received_messages)
@@ -176,6 +236,7 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
         batch = decode_messages(
             [m.data for m in msgs],
             envelope=args.envelope,
+            row_schema=args.row_schema,
             message_ids=[m.message_id for m in msgs],
             publish_times=[_publish_time(m) for m in msgs],
             attributes=[dict(m.attributes) for m in msgs],
@@ -199,7 +260,9 @@ def tail(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
             for chunk in chunk_ack_ids(ack_ids):
                 try:
                     client.modify_ack_deadline(
-                        request={"subscription": subscription, "ack_ids": chunk, "ack_deadline_seconds": 0}, timeout=30
+                        request={"subscription": subscription, "ack_ids": chunk, "ack_deadline_seconds": 0},
+                        timeout=RPC_SECONDS,
+                        retry=None,
                     )
                 except gexc.GoogleAPICallError as exc:
                     print(
@@ -220,9 +283,17 @@ def _publish_time(m: Any) -> _dt.datetime | None:
 _RAW_JSON = ("key", "before", "after", "source")
 
 
+def _typed_text(v: Any) -> Any:
+    """Return a typed (``--row-schema``) before/after as JSON text; exact decimals stay as written."""
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False, default=str)
+
+
 def _json_line(row: dict[str, Any]) -> str:
     # before/after/key/source are exact JSON text from the message: spliced in, never re-encoded
     # (a float round trip would change DECIMAL and INT8 digits).
+    row = {k: _typed_text(v) if k in _RAW_JSON else v for k, v in row.items()}
     obj: dict[str, Any] = {}
     for k, v in row.items():
         if k in _RAW_JSON or v is None:
@@ -259,6 +330,7 @@ def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
     headers = ("publish_time", "table", "op", "commit (HLC)", "key", "after / detail")
     lines = []
     for r in rows:
+        r = {k: _typed_text(v) if k in ("before", "after") else v for k, v in r.items()}
         pt = r["publish_time"].strftime("%H:%M:%S.%f")[:-3] if r.get("publish_time") else ""
         table = r.get("table_name") or r.get("topic") or ""
         if r["kind"] == "row":
@@ -331,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
             return dispatch(args, out, err)
         raise UsageError(f"unknown command {args.cmd!r}")  # pragma: no cover - argparse rejects it first
-    except UsageError as exc:
+    except (UsageError, Unreachable) as exc:
         print(f"{PROG}: error: {exc}", file=err)
         return 2
     except KeyboardInterrupt:

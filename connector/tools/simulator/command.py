@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .core import ChangefeedSimulator
 from .messages import ENVELOPES
@@ -17,37 +18,76 @@ from .tables import TABLES
 def build_arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """Arguments of the ``simulate`` command; :func:`main` turns them into a simulator run."""
     p = argparse.ArgumentParser(
-        prog=prog, description="Publish simulated CockroachDB changefeed messages (movr tables) to a Pub/Sub emulator."
+        prog=prog,
+        description="Publish simulated CockroachDB changefeed messages (movr tables) to a Pub/Sub emulator: one "
+        "topic per table (or --topic-name), and on each a subscription <topic>-spark made before the first "
+        "message, so that what is published waits there for `crdb-pubsub tail` and the Spark source.",
     )
     p.add_argument(
         "--emulator-host",
         default=os.environ.get("PUBSUB_EMULATOR_HOST"),
         help="host:port of the emulator (default: $PUBSUB_EMULATOR_HOST)",
     )
-    p.add_argument("--project", default="crdb-sim", help="Pub/Sub project id")
-    p.add_argument("--rows", type=int, default=1000, help="row changes to generate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--envelope", choices=ENVELOPES, default="wrapped")
-    p.add_argument("--enriched-properties", default="", help="comma list of source,schema")
-    p.add_argument("--tables", default=",".join(TABLES), help="comma list of tables")
-    p.add_argument("--mix", default="0.6,0.3,0.1", help="insert,update,delete weights")
-    p.add_argument("--topic-name", default=None, help="publish everything to this one topic")
-    p.add_argument("--resolved-every", type=int, default=0, help="resolved after every N changes")
-    for flag in (
-        "diff",
-        "updated",
-        "mvcc-timestamp",
-        "key-in-value",
-        "column-families",
-        "full-table-name",
-        "legacy-wrapper",
-        "with-table-name-attribute",
+    p.add_argument("--project", default="crdb-sim", help="Pub/Sub project id (default crdb-sim)")
+    p.add_argument("--rows", type=int, default=1000, help="row changes to generate (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="the same seed and options give the same messages (default 0)")
+    p.add_argument(
+        "--envelope",
+        choices=ENVELOPES,
+        default="wrapped",
+        help="the changefeed's envelope option (default wrapped, CockroachDB's own default)",
+    )
+    p.add_argument(
+        "--enriched-properties",
+        default="",
+        help="with --envelope enriched: comma list of source,schema (the changefeed's enriched_properties)",
+    )
+    p.add_argument("--tables", default=",".join(TABLES), help="comma list of tables (default: all of them)")
+    p.add_argument("--mix", default="0.6,0.3,0.1", help="insert,update,delete weights (default 0.6,0.3,0.1)")
+    p.add_argument(
+        "--topic-name", default=None, help="publish every table to this one topic (the changefeed's topic_name)"
+    )
+    p.add_argument(
+        "--resolved-every", type=int, default=0, help="a resolved message after every N changes (default 0: none)"
+    )
+    for flag, what in (
+        ("diff", "the changefeed option diff: row messages carry before"),
+        ("updated", "the changefeed option updated: row messages carry the commit's HLC"),
+        ("mvcc-timestamp", "the changefeed option mvcc_timestamp"),
+        ("key-in-value", "the changefeed option key_in_value"),
+        ("column-families", "split_column_families: one message per column family, on topic table.family"),
+        ("full-table-name", "full_table_name: topics and table names as database.schema.table"),
+        ("legacy-wrapper", "the sink of CockroachDB before v25.2: lowercase wrapper, the key as ordering key"),
+        ("with-table-name-attribute", "with_table_name_attribute: each message names its table in TABLE_NAME"),
     ):
-        p.add_argument(f"--{flag}", action="store_true")
-    p.add_argument("--rate", type=float, default=None, help="max messages per second")
-    p.add_argument("--shuffle-window", type=int, default=0)
-    p.add_argument("--duplicate-fraction", type=float, default=0.0)
-    p.add_argument("--no-create-topics", action="store_true")
+        p.add_argument(f"--{flag}", action="store_true", help=what)
+    p.add_argument("--rate", type=float, default=None, help="max messages per second (default: as fast as it goes)")
+    p.add_argument(
+        "--shuffle-window",
+        type=int,
+        default=0,
+        help="deliver out of order: shuffle inside consecutive windows of N messages (default 0: in order)",
+    )
+    p.add_argument(
+        "--duplicate-fraction",
+        type=float,
+        default=0.0,
+        help="publish this fraction of the messages twice, a little later, as CockroachDB may (default 0.0)",
+    )
+    p.add_argument(
+        "--no-create-topics", action="store_true", help="publish to topics that exist already (do not create them)"
+    )
+    p.add_argument(
+        "--subscription-suffix",
+        default="-spark",
+        help="make a subscription <topic><suffix> on each topic before publishing, if missing "
+        "(default -spark: users-spark, vehicles-spark, rides-spark)",
+    )
+    p.add_argument(
+        "--no-subscriptions",
+        action="store_true",
+        help="make no subscriptions (then only subscriptions made beforehand receive the messages)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the message bodies, publish nothing")
     return p
 
@@ -92,27 +132,44 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
     if not args.emulator_host:
         parser.error("--emulator-host is required (or set PUBSUB_EMULATOR_HOST)")
-    publisher = make_publisher(args.emulator_host, ordering=args.legacy_wrapper)
+    if not args.no_subscriptions and not args.subscription_suffix:
+        parser.error("--subscription-suffix must not be empty (a subscription's id differs from its topic's)")
+    from crdb_pubsub.tools.rpc import Unreachable, check_reachable, emulator_source
+
+    host = args.emulator_host
+    given = list(sys.argv[1:] if argv is None else argv)
+    flagged = any(a == "--emulator-host" or a.startswith("--emulator-host=") for a in given)
+    origin = emulator_source(host if flagged else None, host)
     try:
-        report = sim.publish(
-            publisher,
-            args.project,
-            args.rows,
-            rate=args.rate,
-            create_topics=not args.no_create_topics,
-            shuffle_window=args.shuffle_window,
-            duplicate_fraction=args.duplicate_fraction,
-            on_progress=lambda done, total: print(f"published {done}/{total}", file=sys.stderr),
-        )
+        check_reachable(host, origin)
+        publisher = make_publisher(host, ordering=args.legacy_wrapper)
+        try:
+            subscriptions = _prepare(publisher, args, sim.topics(), f"the emulator at {host} ({origin})")
+            report = sim.publish(
+                publisher,
+                args.project,
+                args.rows,
+                rate=args.rate,
+                create_topics=False,
+                shuffle_window=args.shuffle_window,
+                duplicate_fraction=args.duplicate_fraction,
+                on_progress=lambda done, total: print(f"published {done}/{total}", file=sys.stderr),
+                rpc_timeout=PUBLISH_SECONDS,
+            )
+        finally:
+            publisher.stop()
+            publisher.transport.close()
     except ValueError as exc:
         parser.error(str(exc))
-    finally:
-        publisher.stop()
-        publisher.transport.close()
+    except Unreachable as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    except RuntimeError as exc:  # publishes that failed (each within its deadline)
+        parser.exit(1, f"{parser.prog}: error: publishing to the emulator at {host}: {exc}\n")
     print(
         json.dumps(
             {
                 "topics": sim.topics(),
+                "subscriptions": subscriptions,
                 "published": report.published,
                 "row_messages": report.row_messages,
                 "resolved_messages": report.resolved_messages,
@@ -126,6 +183,59 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         )
     )
     return 0
+
+
+# A publish (its retries included) gives up after this long; the simulator reports the failures.
+PUBLISH_SECONDS = 30.0
+
+
+def _prepare(publisher: Any, args: argparse.Namespace, topics: list[str], where: str) -> list[str]:
+    """Make the topics and a subscription on each, every call within its deadline.
+
+    ``--no-create-topics`` and ``--no-subscriptions`` skip either; returns the subscriptions' paths.
+    """
+    from google.api_core import exceptions as gexc
+
+    from crdb_pubsub.emulator import subscriber_client
+    from crdb_pubsub.tools.rpc import RPC_SECONDS, Unreachable, rpc_failure
+
+    made: list[str] = []
+    subscriber = None if args.no_subscriptions else subscriber_client(args.emulator_host)
+    try:
+        for topic in topics:
+            topic_path = publisher.topic_path(args.project, topic)
+            if not args.no_create_topics:
+                try:
+                    publisher.create_topic(request={"name": topic_path}, timeout=RPC_SECONDS, retry=None)
+                except gexc.AlreadyExists:
+                    pass
+                except gexc.GoogleAPICallError as exc:
+                    raise rpc_failure(exc, where) from None
+            if subscriber is None:
+                continue
+            sub_path = subscriber.subscription_path(args.project, topic + args.subscription_suffix)
+            try:
+                subscriber.create_subscription(
+                    request={
+                        "name": sub_path,
+                        "topic": topic_path,
+                        "ack_deadline_seconds": 60,
+                        "enable_message_ordering": args.legacy_wrapper,
+                    },
+                    timeout=RPC_SECONDS,
+                    retry=None,
+                )
+            except gexc.AlreadyExists:
+                pass
+            except gexc.NotFound:
+                raise Unreachable(f"topic {topic_path} does not exist on {where} (drop --no-create-topics)") from None
+            except gexc.GoogleAPICallError as exc:
+                raise rpc_failure(exc, where) from None
+            made.append(sub_path)
+    finally:
+        if subscriber is not None:
+            subscriber.close()
+    return made
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -391,6 +391,7 @@ class ChangefeedSimulator:
         duplicate_fraction: float = 0.0,
         on_progress: Callable[[int, int], None] | None = None,
         timeout: float = 120.0,
+        rpc_timeout: float | None = None,
     ) -> PublishReport:
         """Publish the messages of ``events(n_rows)`` with a google-cloud-pubsub ``PublisherClient``.
 
@@ -402,6 +403,7 @@ class ChangefeedSimulator:
         after each batch of submissions and at the end. Waits for every publish future (up to
         ``timeout`` seconds overall) and raises ``RuntimeError`` naming the failures, if any.
         Legacy ordering keys need a publisher created with message ordering enabled.
+        ``rpc_timeout`` bounds each publish, its retries included (default: the client's, 600 s).
         """
         if rate is not None and (not isinstance(rate, (int, float)) or not rate > 0):
             raise ValueError(f"rate: expected a number > 0 or None, got {rate!r}")
@@ -422,7 +424,7 @@ class ChangefeedSimulator:
             duplicate_fraction,
             random.Random(f"crdb-sim:delivery:{self.seed}:{self._stats_total()}"),
         )
-        report = publish_plan(publisher, project, plan, rate, on_progress, timeout)
+        report = publish_plan(publisher, project, plan, rate, on_progress, timeout, rpc_timeout)
         report.row_messages = sum(1 for m in messages if m.kind == "row")
         report.resolved_messages = len(messages) - report.row_messages
         report.duplicates = n_dups

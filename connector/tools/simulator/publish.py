@@ -85,9 +85,14 @@ def publish_plan(
     rate: float | None,
     on_progress: Callable[[int, int], None] | None,
     timeout: float,
+    rpc_timeout: float | None = None,
 ) -> PublishReport:
-    """Submit ``plan`` in order, wait for every future; counts by kind are the caller's to fill."""
+    """Submit ``plan`` in order, wait for every future; counts by kind are the caller's to fill.
+
+    ``rpc_timeout`` bounds each publish RPC, its retries included (default: the client's own).
+    """
     paths: dict[str, str] = {}
+    bounded: dict[str, Any] = {} if rpc_timeout is None else _bounded(rpc_timeout)
     submitted: list[tuple[str, Any]] = []
     start = time.monotonic()
     for i, msg in enumerate(plan):
@@ -100,7 +105,7 @@ def publish_plan(
         kwargs: dict[str, Any] = dict(msg.attributes)
         if msg.ordering_key:
             kwargs["ordering_key"] = msg.ordering_key
-        submitted.append((msg.topic, publisher.publish(path, msg.data, **kwargs)))
+        submitted.append((msg.topic, publisher.publish(path, msg.data, **bounded, **kwargs)))
         if on_progress and (i + 1) % 1000 == 0:
             on_progress(i + 1, len(plan))
     _done, not_done = concurrent.futures.wait([f for _, f in submitted], timeout=timeout)
@@ -130,6 +135,29 @@ def publish_plan(
         elapsed_s=elapsed,
         stats={},
     )
+
+
+def _bounded(seconds: float) -> dict[str, Any]:
+    """``publish`` keywords: the client's retryable errors, retried for ``seconds`` in all."""
+    from google.api_core import exceptions as gexc
+    from google.api_core import retry as retries
+
+    retry = retries.Retry(
+        initial=0.1,
+        maximum=2.0,
+        multiplier=1.3,
+        timeout=seconds,
+        predicate=retries.if_exception_type(
+            gexc.Aborted,
+            gexc.Cancelled,
+            gexc.DeadlineExceeded,
+            gexc.InternalServerError,
+            gexc.ResourceExhausted,
+            gexc.ServiceUnavailable,
+            gexc.Unknown,
+        ),
+    )
+    return {"retry": retry, "timeout": seconds}
 
 
 def make_publisher(
