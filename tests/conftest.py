@@ -118,25 +118,6 @@ def spark(request):
     session.stop()
 
 
-def wait_for(query, cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
-    """Poll ``cond`` until true; fail at once with the query's own error when it died, and say
-    what was awaited when the time is up (never a silent timeout)."""
-    import time
-
-    end = time.monotonic() + timeout
-    while True:
-        if cond():
-            return
-        if query is not None and not query.isActive:
-            exc = query.exception()
-            if cond():
-                return
-            raise AssertionError(f"the query stopped while waiting for {what}: {exc}")
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
 def publish_bodies(host_port: str, topic: str, bodies: list[bytes], *, attributes: dict | None = None) -> list[str]:
     """Publish ``bodies`` to ``topic`` on the emulator; return their message ids in order."""
     from google.cloud.pubsub_v1.types import BatchSettings

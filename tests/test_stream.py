@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pull_ids, wait_for
+from conftest import pull_ids
 from crdb_pubsub.tools.simulator import ChangefeedSimulator
+from polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -44,7 +45,9 @@ def _poll_metrics(query, done, *, timeout: float) -> dict:
             metrics = json.loads(progress["sources"][0]["latestOffset"])
         return done(metrics)
 
-    wait_for(query, check, timeout, f"the source's metrics to satisfy the test (last seen: {metrics})", 0.5)
+    wait_for(
+        check, timeout, f"the source's metrics to satisfy the test (last seen: {metrics})", query=query, interval=0.5
+    )
     return metrics
 
 
@@ -118,11 +121,11 @@ def test_failing_batch_is_not_acknowledged_and_is_redelivered(
     q = run()
     try:
         wait_for(
-            q,
             lambda: seen_file.exists() and set(ids) <= set(seen_file.read_text().split()),
             120,
             "every message in the sink after the restart",
-            1.0,
+            query=q,
+            interval=1.0,
         )
     finally:
         q.stop()

@@ -28,6 +28,7 @@ from crdb_pubsub.emulator import (
     start_emulator,
 )
 from emulator_policy import emulator_required, start_emulator_or_skip
+from polling import wait_for
 
 PY = sys.executable
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc")
@@ -80,21 +81,15 @@ def connectable(host_port: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
-def wait_until(cond, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
 def assert_fully_gone(pid: int, pgid: int, host_port: str, timeout: float = 10.0) -> None:
     port = int(host_port.rsplit(":", 1)[1])
-    assert wait_until(lambda: not group_members(pgid) and not pid_alive(pid), timeout), (
-        f"processes left in group {pgid}: {group_members(pgid)}"
+    wait_for(
+        lambda: not group_members(pgid) and not pid_alive(pid),
+        timeout,
+        lambda: f"the emulator's processes to end (left in group {pgid}: {group_members(pgid)})",
+        interval=0.05,
     )
-    assert wait_until(lambda: not listening(port), 5.0), f"something still listens on {port}"
+    wait_for(lambda: not listening(port), 5.0, f"nothing to listen on {port}", interval=0.05)
     assert not connectable(host_port)
 
 
@@ -224,7 +219,7 @@ def test_startup_timeout_kills_the_whole_group(clean_env, tmp_path):
     assert time.monotonic() - t0 < 10
     assert "starting slowly" in str(info.value)
     shell_pid, child_pid = map(int, marker.read_text().split())
-    assert wait_until(lambda: not group_members(shell_pid), 5)
+    wait_for(lambda: not group_members(shell_pid), 5, "the slow starter's process group to end", interval=0.05)
     assert not pid_alive(child_pid)
 
 

@@ -209,16 +209,6 @@ class MetricsSampler:
         return max((s.get("buffered", 0) + s.get("inFlight", 0) for s in self.samples), default=0)
 
 
-def wait_until(
-    cond: Callable[[], bool], timeout: float, interval: float = 0.25, what: str = "condition", query=None
-) -> None:
-    """Poll ``cond`` until true. With ``query``, fail at once with the query's own error when it
-    died; always name what was awaited when the time is up."""
-    from conftest import wait_for
-
-    wait_for(query, cond, timeout, what, interval)
-
-
 # ------------------------------------------------------------------------- processes
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT, pull_ids
+from polling import wait_for
 
 from ._support import (
     BatchFileSink,
@@ -30,7 +31,6 @@ from ._support import (
     row_body,
     scaled,
     tally,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
@@ -88,7 +88,7 @@ def test_fast_publisher_slow_sink_stays_within_flow_control(
             threading.Thread(target=publisher, daemon=True).start()
             assert pub_done.wait(300), "publisher did not finish"
             assert not pub_error, pub_error
-            wait_until(lambda: len(sink.ids()) >= n, 600, 0.5, what="every message in the sink", query=q)
+            wait_for(lambda: len(sink.ids()) >= n, 600, "every message in the sink", query=q, interval=0.5)
             time.sleep(1)
     finally:
         q.stop()

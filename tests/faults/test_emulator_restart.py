@@ -31,9 +31,10 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
+from polling import wait_for
 
 from ._proxy import TcpProxy
-from ._support import BatchFileSink, MetricsSampler, publish_many, report, row_body, scaled, tally, wait_until
+from ._support import BatchFileSink, MetricsSampler, publish_many, report, row_body, scaled, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -71,12 +72,12 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
         with MetricsSampler(q, interval=0.2) as sampler:
             first = publish_many(emu.host_port, topic, (row_body(i) for i in range(n)))
             # Kill once the receiver holds all of A and the sink is still working through it.
-            wait_until(
+            wait_for(
                 lambda: sampler.last().get("received", 0) >= n and len(sink.ids()) > 0,
                 120,
-                0.1,
-                what="the receiver to hold the first half",
+                "the receiver to hold the first half",
                 query=q,
+                interval=0.1,
             )
             in_sink_at_kill = len(sink.ids())
             proxy.cut()
@@ -92,10 +93,8 @@ def test_emulator_killed_and_restarted_mid_stream(spark, emulator_host, tmp_path
             assert q.isActive and q.exception() is None, "the query died during the outage"
             second = publish_many(emu.host_port, topic, (row_body(i) for i in range(n, 2 * n)))
             published = first + second
-            wait_until(lambda: set(published) <= set(sink.ids()), 300, 0.5, what="every message in the sink", query=q)
-            wait_until(
-                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
-            )
+            wait_for(lambda: set(published) <= set(sink.ids()), 300, "every message in the sink", query=q, interval=0.5)
+            wait_for(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, "the last batch acknowledged", query=q)
             assert q.isActive and q.exception() is None
     finally:
         q.stop()

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from ._support import MetricsSampler, publish_many, report, row_body, scaled, sink_column, tally, wait_until
+from polling import wait_for
+
+from ._support import MetricsSampler, publish_many, report, row_body, scaled, sink_column, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -152,17 +154,14 @@ def test_dropmalformed_drops_exactly_the_hostile_ones_and_counts_them(
     )
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(
-                lambda: sampler.last().get("ackConfirmed", 0) >= len(ids),
-                600,
-                what="every message acknowledged",
-                query=q,
+            wait_for(
+                lambda: sampler.last().get("ackConfirmed", 0) >= len(ids), 600, "every message acknowledged", query=q
             )
             # The malformed count is taken beside the stream, after the commit: let it catch up.
-            wait_until(
+            wait_for(
                 lambda: sampler.last().get("malformed", 0) >= len(bad_ids),
                 60,
-                what="the malformed metric to count every hostile message",
+                "the malformed metric to count every hostile message",
                 query=q,
             )
     finally:

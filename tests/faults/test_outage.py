@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
+from polling import wait_for
 
 from ._proxy import TcpProxy
-from ._support import BatchFileSink, MetricsSampler, publish_many, report, row_body, scaled, tally, wait_until
+from ._support import BatchFileSink, MetricsSampler, publish_many, report, row_body, scaled, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -51,16 +52,16 @@ def test_outage_longer_than_the_ack_deadline(spark, emulator_host, tmp_path: Pat
     ids = publish_many(emulator_host, topic, (row_body(i) for i in range(n)))
     try:
         with MetricsSampler(q, interval=0.2) as sampler:
-            wait_until(lambda: len(sink.ids()) >= n // 5, 180, 0.1, what="a fifth of the messages in the sink", query=q)
+            wait_for(
+                lambda: len(sink.ids()) >= n // 5, 180, "a fifth of the messages in the sink", query=q, interval=0.1
+            )
             in_sink_at_cut = len(sink.ids())
             proxy.cut()
             time.sleep(OUTAGE_SECONDS)
             proxy.resume()
             assert q.isActive and q.exception() is None, f"the query died during the outage: {q.exception()}"
-            wait_until(lambda: set(ids) <= set(sink.ids()), 300, 0.5, what="every message in the sink", query=q)
-            wait_until(
-                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
-            )
+            wait_for(lambda: set(ids) <= set(sink.ids()), 300, "every message in the sink", query=q, interval=0.5)
+            wait_for(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, "the last batch acknowledged", query=q)
     finally:
         q.stop()
         proxy.close()

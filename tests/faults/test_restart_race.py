@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from polling import wait_for
 
 from ._proxy import TcpProxy
 from ._support import BatchFileSink, report, row_body, scaled, tally
@@ -51,13 +51,13 @@ def test_query_restarted_at_once_with_state_dir(spark, emulator_host, make_subsc
         for i in range(restarts):
             q = start()
             want = (i + 1) * n // (restarts + 1)
-            wait_for(q, lambda want=want: len(sink.ids()) >= want, 120, f"progress before stop #{i + 1}")
+            wait_for(lambda want=want: len(sink.ids()) >= want, 120, f"progress before stop #{i + 1}", query=q)
             proxies[-1].cut()  # the old process's hand-back can't reach Pub/Sub: it takes its whole bound
             q.stop()
         t0 = time.monotonic()
         q = start()  # at once
         try:
-            wait_for(q, lambda: set(ids) <= set(sink.ids()), 180, "every message in the sink")
+            wait_for(lambda: set(ids) <= set(sink.ids()), 180, "every message in the sink", query=q)
         finally:
             q.stop()
         took = time.monotonic() - t0

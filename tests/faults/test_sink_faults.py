@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import pull_ids
+from polling import wait_for
 
-from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, wait_until
+from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -52,10 +53,10 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     t0 = time.monotonic()
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(
+            wait_for(
                 lambda: sampler.last().get("ackConfirmed", 0) >= len(ids),
                 60 + slow_batches * sleep_s * 3,
-                what="every message acknowledged",
+                "every message acknowledged",
                 query=q,
             )
             time.sleep(1)
@@ -141,14 +142,18 @@ def test_failing_sink_then_restart_loses_nothing(
 
     q = run(after)
     try:
-        wait_until(
-            lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q
+        wait_for(
+            lambda: set(ids) <= set(sink.ids()),
+            240,
+            "every message in the sink after the restart",
+            query=q,
+            interval=1.0,
         )
         with MetricsSampler(q) as sampler:  # let acknowledgements of the last batches happen
-            wait_until(
+            wait_for(
                 lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("buffered", 1) == 0,
                 60,
-                what="the restarted query to settle",
+                "the restarted query to settle",
                 query=q,
             )
     finally:

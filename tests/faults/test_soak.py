@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from polling import wait_for
+
 from ._support import (
     MetricsSampler,
     cmdline,
@@ -36,7 +38,6 @@ from ._support import (
     scaled,
     sink_column,
     tally,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
@@ -120,9 +121,7 @@ def test_soak_bounded_memory_and_stable_throughput(spark, emulator_host, make_su
                     break
                 time.sleep(1.0)
             assert sink_rows[0] >= n, f"only {sink_rows[0]} of {n} rows in {time.monotonic() - t0:.0f} s"
-            wait_until(
-                lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, what="the last batch acknowledged", query=q
-            )
+            wait_for(lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, "the last batch acknowledged", query=q)
             last = sampler.last()
     finally:
         q.stop()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from polling import wait_for
 from stream_job import job_command
 
 from ._support import (
@@ -41,7 +42,6 @@ from ._support import (
     scaled,
     sink_column,
     tally,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
@@ -90,7 +90,7 @@ def test_max_bytes_per_trigger(spark, emulator_host, make_subscription, publish,
     )
     t0 = time.monotonic()
     try:
-        wait_until(lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink", query=q)
+        wait_for(lambda: set(ids) <= set(sink.ids()), 240, "every message in the sink", query=q, interval=1.0)
         took = time.monotonic() - t0
         time.sleep(1.5)  # a late duplicate would land now
     finally:
@@ -195,17 +195,17 @@ def test_foreach_batch_reads_part_of_a_batch(
     t0 = time.monotonic()
     try:
         with MetricsSampler(q) as sampler:
-            wait_until(lambda: len(sink.partial) == 2, 120, what="both partially read batches", query=q)
+            wait_for(lambda: len(sink.partial) == 2, 120, "both partially read batches", query=q)
             # At most a batch's worth from the limit-only batch, and what the counted batch held.
             bound = per_trigger + int(sink.partial[1]["count"])
             # Everything but (part of) those in the sink, then nothing more for a while: the
             # tasks Spark left unrun in executors mode have their messages come in later batches.
-            wait_until(
+            wait_for(
                 _settled(lambda: len(set(ids) - set(sink.files.ids())), bound, quiet=3.0),
                 180,
-                0.5,
-                what=f"all but at most {bound} messages in the sink, and no more coming",
+                f"all but at most {bound} messages in the sink, and no more coming",
                 query=q,
+                interval=0.5,
             )
             took = time.monotonic() - t0
             assert q.isActive, f"the query ended: {q.exception()}"

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import end_frozen, freeze_reader
+from polling import wait_for
 
-from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, wait_until
+from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -91,20 +92,17 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(
         t0 = time.monotonic()
         q = run()
         try:
-            wait_until(
+            wait_for(
                 lambda: set(ids) <= set(sink.ids()),
                 240,
-                1.0,
-                what="every message in the sink after the restart",
+                "every message in the sink after the restart",
                 query=q,
+                interval=1.0,
             )
             took = time.monotonic() - t0
             with MetricsSampler(q) as sampler:
-                wait_until(
-                    lambda: sampler.last().get("awaitingCommit", 1) == 0,
-                    60,
-                    what="the restarted query to settle",
-                    query=q,
+                wait_for(
+                    lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, "the restarted query to settle", query=q
                 )
         finally:
             q.stop()

@@ -3,7 +3,6 @@ built the way Spark builds them (``DataSource(options).streamReader(schema)``)."
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +24,7 @@ def fake(monkeypatch) -> FakePubSub:
     monkeypatch.setattr(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
     # The executors' tasks keep one client per worker process: here every test's tasks run in this
     # process, so each test starts without the clients of the tests before it.
-    for name in ("crdb_pubsub.source.executors.task", "crdb_pubsub.source.slices.pull"):
-        try:
-            monkeypatch.setattr(importlib.import_module(name), "_RPCS", {})
-        except ImportError:
-            pass
+    monkeypatch.setattr(importlib.import_module("crdb_pubsub.source.executors.task"), "_RPCS", {})
     return service
 
 
@@ -67,16 +62,3 @@ def make_reader() -> Callable[..., Any]:
             r.stop()
         except Exception:  # noqa: BLE001 - a reader a test already stopped
             pass
-
-
-def until(cond: Callable[[], bool], timeout: float, what: str, step: Callable[[], Any] | None = None) -> None:
-    """Poll ``cond`` (running ``step`` between polls) until true, or fail naming ``what``."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        if step is not None:
-            step()
-        else:
-            time.sleep(0.05)
-    assert cond(), f"timed out after {timeout:.0f} s waiting for {what}"

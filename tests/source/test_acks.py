@@ -7,9 +7,8 @@ import time
 import pytest
 from google.api_core import exceptions as gexc
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls
-
-from .conftest import until
 
 SUB = "projects/p/subscriptions/acks"
 
@@ -69,7 +68,7 @@ def test_acks_that_never_landed_are_remembered_with_state_dir(fake, make_reader,
     second = make_reader(SUB, stateDir=tmp_path / "state", ackDeadlineSeconds=2)
     run2 = _drain_available_now(second, timeout=120, logs=checkpoint)
     assert run2.ids() == [], f"{len(run2.ids())} messages delivered a second time"
-    until(lambda: sorted(fake.acked(SUB)) == sorted(ids), 30, "the redelivered copies acknowledged")
+    wait_for(lambda: sorted(fake.acked(SUB)) == sorted(ids), 30, "the redelivered copies acknowledged")
 
 
 def test_exactly_once_subscription_acks_only_the_newest_ack_id(fake, make_reader):
@@ -90,7 +89,7 @@ def test_exactly_once_subscription_acks_only_the_newest_ack_id(fake, make_reader
             fake.redeliver(SUB, ids[1])
             # The receiver pulls the second deliveries while the batch is held (waited for, not
             # slept on: a loaded machine may take longer than any fixed pause).
-            until(lambda: reader.reportLatestOffset()["redeliveredWhileHeld"] >= 2, 20, "the second deliveries")
+            wait_for(lambda: reader.reportLatestOffset()["redeliveredWhileHeld"] >= 2, 20, "the second deliveries")
 
     t0 = time.monotonic()
     while s.trigger(sink):
@@ -121,7 +120,7 @@ def test_ack_requests_are_bounded_in_time(emulator_host, make_subscription, publ
         s = SparkCalls(reader, Logs(), "4.3")
         s.start()
         reader.prepareForTriggerAvailableNow()
-        until(lambda: len(s.ids()) == 100, 60, "the backlog read", step=s.trigger)
+        wait_for(lambda: len(s.ids()) == 100, 60, "the backlog read", step=s.trigger)
         proxy.cut()  # Pub/Sub goes away before the batch's acknowledgements are sent
         t0 = time.monotonic()
         while s.trigger():

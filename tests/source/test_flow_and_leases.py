@@ -7,9 +7,8 @@ import time
 
 import pytest
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls, ids_of
-
-from .conftest import until
 
 SUB = "projects/p/subscriptions/flow"
 
@@ -97,7 +96,7 @@ def test_byte_budget_never_nacks_for_lack_of_room(fake, make_reader):
             busy["n"] += 1
             time.sleep(3)  # the sink is busy while the receiver is full
 
-    until(lambda: len(set(s.ids())) == len(ids), 120, "every message in the sink", step=lambda: s.trigger(sink))
+    wait_for(lambda: len(set(s.ids())) == len(ids), 120, "every message in the sink", step=lambda: s.trigger(sink))
     assert sum(fake.nacks.values()) == 0, f"{sum(fake.nacks.values())} messages handed back for lack of room"
     again = {mid: n for mid, n in fake.deliveries.items() if n > 1}
     assert not again, f"{len(again)} messages delivered more than once"
@@ -120,6 +119,6 @@ def test_lease_duration_is_bounded_from_the_first_receipt(fake, make_reader):
             fake.redeliver(SUB, ids[0])  # Pub/Sub may deliver a held message again at any time
             time.sleep(5.0)
 
-    until(lambda: bool(s.ids()), 30, "the first batch", step=lambda: s.trigger(slow))
+    wait_for(lambda: bool(s.ids()), 30, "the first batch", step=lambda: s.trigger(slow))
     late = [(t - first_seen, mid) for t, mid, secs in fake.modacks if secs > 0 and t - first_seen > 4 + 1.0]
     assert not late, f"leases extended past maxLeaseDurationSeconds: {late[:5]}"

@@ -8,9 +8,8 @@ import tracemalloc
 import pyarrow as pa
 import pytest
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls
-
-from .conftest import until
 
 SUB = "projects/p/subscriptions/memory"
 # Proxy memory pools outlive their tests: buffers allocated from one (a planned batch the reader
@@ -99,7 +98,7 @@ def test_planning_a_batch_does_not_copy_it_several_times(fake, make_reader):
     s = SparkCalls(reader, Logs(), "4.3")
     s.start()
     start = reader.initialOffset()
-    until(
+    wait_for(
         lambda: (reader.reportLatestOffset() or {}).get("buffered", 0) >= n,
         60,
         "the backlog buffered",

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls, ids_of
-
-from .conftest import until
 
 SUB = "projects/p/subscriptions/promise"
 MODES = ["driver", "executors"]
@@ -81,7 +80,7 @@ def tally(published: list[str], got: list[str]) -> tuple[int, int]:
 
 def run_until_all(calls: SparkCalls, sink: Sink, ids: list[str], timeout: float = 60, sub: str = SUB) -> None:
     """Trigger until every id is in the sink and acknowledged."""
-    until(
+    wait_for(
         lambda: set(ids) <= set(sink.ids()) and set(ids) <= set(sink.fake.acked(sub)),
         timeout,
         "every message in the sink and acknowledged",
@@ -113,11 +112,11 @@ def test_restart_with_fewer_partitions_replays_exactly_the_failed_batch(fake, ma
     logs, sink = Logs(), Sink(fake)
     first = SparkCalls(make_reader(SUB, **options(mode, tmp_path, numPartitions=4, maxMessagesPerTrigger=500)), logs)
     first.start()
-    until(lambda: sink.ids(), 30, "a first batch with rows", step=lambda: first.trigger(sink))
+    wait_for(lambda: sink.ids(), 30, "a first batch with rows", step=lambda: first.trigger(sink))
     failing = max(logs.offsets) + 1
     sink.fail.add(failing)
     with pytest.raises(SinkFails):
-        until(lambda: False, 30, "the failing batch", step=lambda: first.trigger(sink))
+        wait_for(lambda: False, 30, "the failing batch", step=lambda: first.trigger(sink))
     failed_ids = sorted(i for b in first.batches if b[0] == failing for i in ids_of(b[1]))
     first.reader.stop()
 
@@ -375,7 +374,7 @@ def test_per_batch_state_goes_when_its_batch_commits(fake, make_reader, tmp_path
     def batches(n: int) -> None:
         for _ in range(n):
             fake.publish(SUB, [body(0)])
-            until(lambda: calls.trigger(), 10, "a batch")
+            wait_for(lambda: calls.trigger(), 10, "a batch")
             calls.batches.clear()  # what the test's sink kept
 
     batches(30)
@@ -427,7 +426,7 @@ def test_tasks_learn_only_of_the_ids_they_pulled_and_the_driver_forgets_them_in_
     calls.start()
     fake.fail_acks = gexc.ServiceUnavailable("Pub/Sub is unreachable")
     for _ in range(4):
-        until(lambda: calls.trigger(), 20, "a batch")
+        wait_for(lambda: calls.trigger(), 20, "a batch")
     calls.trigger()  # the last batch's acknowledgements are sent (and fail) here
     time.sleep(1.0)
     mode = reader._planner._mode
@@ -458,7 +457,7 @@ def test_switching_receiver_with_a_batch_pending_is_refused(fake, make_reader, t
     first.start()
     sink.fail.add(0)
     with pytest.raises(SinkFails):
-        until(lambda: False, 30, "the failing batch", step=lambda: first.trigger(sink))
+        wait_for(lambda: False, 30, "the failing batch", step=lambda: first.trigger(sink))
     first.reader.stop()
     second = SparkCalls(make_reader(SUB, **options(after, tmp_path, ackDeadlineSeconds=10)), logs)
     with pytest.raises(StateDirError, match="receiver"):

@@ -7,9 +7,8 @@ import time
 
 import pytest
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls
-
-from .conftest import until
 
 SUB = "projects/p/subscriptions/dedupe"
 
@@ -30,10 +29,10 @@ def test_recovered_ids_keep_their_own_expiry(fake, make_reader, tmp_path, monkey
     first = SparkCalls(make_reader(SUB, **opts), logs, "4.3")
     first.start()
     a = fake.publish(SUB, [body(i) for i in range(50)])
-    until(lambda: set(a) <= set(first.ids()), 30, "batch A read", step=first.trigger)
+    wait_for(lambda: set(a) <= set(first.ids()), 30, "batch A read", step=first.trigger)
     b = fake.publish(SUB, [body(100 + i) for i in range(50)])
-    until(lambda: set(b) <= set(first.ids()), 30, "batch B read", step=first.trigger)
-    until(lambda: set(a) <= set(fake.acked(SUB)), 30, "batch A acknowledged", step=first.trigger)
+    wait_for(lambda: set(b) <= set(first.ids()), 30, "batch B read", step=first.trigger)
+    wait_for(lambda: set(a) <= set(fake.acked(SUB)), 30, "batch A acknowledged", step=first.trigger)
     # The query has been running for almost ten minutes: A was acknowledged 596 s ago. B's
     # acknowledgement is lost on the way (Pub/Sub answers OK but will deliver B again).
     shift["seconds"] = 596.0
@@ -56,7 +55,7 @@ def test_recovered_ids_keep_their_own_expiry(fake, make_reader, tmp_path, monkey
         time.sleep(0.2)
 
     t0 = time.monotonic()
-    until(lambda: time.monotonic() - t0 > 14, 30, "the lapse of B's last lease", step=keep_publishing)
+    wait_for(lambda: time.monotonic() - t0 > 14, 30, "the lapse of B's last lease", step=keep_publishing)
     again = set(b) & set(second.ids())
     assert not again, f"{len(again)} messages of B, acknowledged seconds before the restart, delivered again"
     assert len(second.ids()) >= 20, "the restarted reader committed new batches"

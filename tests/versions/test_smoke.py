@@ -22,7 +22,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from conftest import end_frozen, freeze_reader, pull_ids, wait_for
+from conftest import end_frozen, freeze_reader, pull_ids
+from polling import wait_for
 from stream_job import job_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -170,7 +171,7 @@ def test_failing_sink_then_restart_with_state_dir(spark, emulator_host, make_sub
         assert failed.get("ids")
         q = start()
         try:
-            wait_for(q, lambda: set(ids) <= set(seen()), 180, "every message in the sink after the restart")
+            wait_for(lambda: set(ids) <= set(seen()), 180, "every message in the sink after the restart", query=q)
         finally:
             q.stop()
     finally:

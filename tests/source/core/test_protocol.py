@@ -13,9 +13,8 @@ import time
 
 import pytest
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls, ids_of
-
-from ..conftest import until
 
 SUB = "projects/p/subscriptions/offsets"
 
@@ -30,7 +29,7 @@ class SinkFails(RuntimeError):
 
 def _run_until_batches(s: SparkCalls, n: int, timeout: float = 30.0, sink=None) -> None:
     """Trigger until ``n`` non-empty batches reached the sink."""
-    until(
+    wait_for(
         lambda: sum(1 for _, b in s.batches if ids_of(b)) >= n,
         timeout,
         f"{n} non-empty batches",
@@ -65,7 +64,9 @@ def test_restart_replays_the_batch_whose_sink_failed(fake, make_reader, tmp_path
         _run_until_batches(first, 1)
     state: dict = {}
     with pytest.raises(SinkFails):
-        until(lambda: "failed" in state, 30, "a failing batch", step=lambda: first.trigger(_fail_next_nonempty(state)))
+        wait_for(
+            lambda: "failed" in state, 30, "a failing batch", step=lambda: first.trigger(_fail_next_nonempty(state))
+        )
     first.reader.stop()  # Spark stops the failed query's driver-side reader
     assert not set(state["failed"]) & set(fake.acked(SUB)), "the failed batch was acknowledged"
 
@@ -75,7 +76,7 @@ def test_restart_replays_the_batch_whose_sink_failed(fake, make_reader, tmp_path
     replayed = ids_of(second.batches[0][1])
     assert sorted(replayed) == sorted(state["failed"]), "the replay of the failed batch differs"
 
-    until(
+    wait_for(
         lambda: len(set(first.ids()) | set(second.ids())) >= len(ids),
         60,
         "every message in the sink",
@@ -87,7 +88,7 @@ def test_restart_replays_the_batch_whose_sink_failed(fake, make_reader, tmp_path
     assert not dups, (
         f"{len(dups)} duplicates with stateDir: {dups[:5]}...; batches {[(n, len(ids_of(b))) for n, b in first.batches + second.batches]}"
     )
-    until(lambda: len(fake.acked(SUB)) == len(ids), 30, "every message acknowledged", step=second.trigger)
+    wait_for(lambda: len(fake.acked(SUB)) == len(ids), 30, "every message acknowledged", step=second.trigger)
 
 
 @pytest.mark.parametrize("version", ["4.0", "4.3"])
@@ -149,7 +150,9 @@ def test_available_now_after_a_restart_reads_past_the_redelivered_batch(fake, ma
     _run_until_batches(first, 1)
     state: dict = {}
     with pytest.raises(SinkFails):
-        until(lambda: "failed" in state, 30, "a failing batch", step=lambda: first.trigger(_fail_next_nonempty(state)))
+        wait_for(
+            lambda: "failed" in state, 30, "a failing batch", step=lambda: first.trigger(_fail_next_nonempty(state))
+        )
     first.reader.stop()
 
     second = SparkCalls(make_reader(SUB, **opts), logs, "4.3")
@@ -213,5 +216,5 @@ def test_batch_committed_before_the_source_heard_of_it_is_acknowledged_by_the_ne
     t0 = time.monotonic()
     while second.trigger():
         assert time.monotonic() - t0 < 60, "the second run kept planning batches"
-    until(lambda: not fake.unacked(SUB), 20, "every message acknowledged")
+    wait_for(lambda: not fake.unacked(SUB), 20, "every message acknowledged")
     assert sorted(first.ids() + second.ids(), key=int) == sorted(ids, key=int)

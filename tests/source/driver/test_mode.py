@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 
+from polling import wait_for
 from spark_calls import Logs, SparkCalls, ids_of
-
-from ..conftest import until
 
 SUB = "projects/p/subscriptions/batches"
 WINDOW = 200  # maxOutstandingMessages
@@ -34,9 +33,9 @@ def test_while_spark_runs_a_batch_the_receiver_pulls_the_next(fake, make_reader)
             report = reader._planner.report()
             return report["buffered"] > 0 or report["received"] >= len(ids)
 
-        until(pulling, 10, "messages pulled while the batch runs")
+        wait_for(pulling, 10, "messages pulled while the batch runs")
 
-    until(lambda: len(set(calls.ids())) >= len(ids), 60, "the backlog", step=lambda: calls.trigger(sink))
+    wait_for(lambda: len(set(calls.ids())) >= len(ids), 60, "the backlog", step=lambda: calls.trigger(sink))
     sizes = [len(ids_of(b)) for _, b in calls.batches if ids_of(b)]
     assert max(sizes) <= WINDOW // 2, f"batches {sizes} with maxOutstandingMessages={WINDOW}"
     assert sorted(set(calls.ids())) == sorted(ids)
@@ -51,7 +50,7 @@ def test_the_first_batch_of_a_run_that_may_have_only_one_takes_the_whole_window(
     calls.start()
     calls.trigger()
     assert len(ids_of(calls.batches[0][1])) == WINDOW
-    until(lambda: len(calls.batches) >= 3, 30, "two more batches", step=calls.trigger)
+    wait_for(lambda: len(calls.batches) >= 3, 30, "two more batches", step=calls.trigger)
     assert all(len(ids_of(b)) <= WINDOW // 2 for _, b in calls.batches[1:])
 
 

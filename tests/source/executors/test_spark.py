@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import pull_ids
-from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, wait_until
+from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
+from polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -43,10 +44,10 @@ def _reader(spark, host: str, sub: str, state: Path | str, partitions: int, **op
 def _settle(q, timeout: float = 60) -> dict:
     """Wait until the query's last batches were acknowledged; its final metrics."""
     with MetricsSampler(q) as sampler:
-        wait_until(
+        wait_for(
             lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("acknowledged", 0) > 0,
             timeout,
-            what="the query to acknowledge what it committed",
+            "the query to acknowledge what it committed",
             query=q,
         )
         return sampler.last()
@@ -57,8 +58,12 @@ def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple
     lost, duplicated, unexpected)."""
     q = run()
     try:
-        wait_until(
-            lambda: set(ids) <= set(sink.ids()), 240, 1.0, what="every message in the sink after the restart", query=q
+        wait_for(
+            lambda: set(ids) <= set(sink.ids()),
+            240,
+            "every message in the sink after the restart",
+            query=q,
+            interval=1.0,
         )
         last = _settle(q)
     finally:
@@ -239,10 +244,10 @@ def test_idle_subscription_runs_empty_batches_then_picks_up_traffic(
         .start()
     )
     try:
-        wait_until(lambda: len(sink.calls) >= 3, 120, what="three empty batches on the idle subscription", query=q)
+        wait_for(lambda: len(sink.calls) >= 3, 120, "three empty batches on the idle subscription", query=q)
         assert sink.ids() == []
         ids = publish(topic, [row_body(i) for i in range(200)])
-        wait_until(lambda: set(ids) <= set(sink.ids()), 120, what="the messages published later", query=q)
+        wait_for(lambda: set(ids) <= set(sink.ids()), 120, "the messages published later", query=q)
         last = _settle(q)
     finally:
         q.stop()
