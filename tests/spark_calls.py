@@ -1,7 +1,8 @@
 """Spark's side of the Python streaming source protocol, played in-process on a stream reader.
 
 Spark drives a ``DataSourceStreamReader`` in a fixed order that differs between versions (seen
-with a probe source on pyspark 4.0.5, 4.1.4, 4.2.1 and 4.3.0; see ../shared/NOTES.md section 3):
+with a probe source, one that only logged each call it received, on pyspark 4.0.5, 4.1.4, 4.2.1 and
+4.3.0; the orders below are what it logged):
 
 * 4.2+: ``initialOffset()``, then per micro-batch ``latestOffset(start, limit)``; when it returns
   a new offset, ``commit(previous end)`` and ``partitions(start, end)``; the batch runs; its

@@ -3,7 +3,8 @@
 Every name is a key of ``query.lastProgress["sources"][0]["latestOffset"]`` (Spark 4.2+), and the
 README's metric table is generated from :data:`METRICS`. A new counter is one entry here plus the
 ``counters.add(name)`` where it happens; a new gauge is one entry plus its value in the report
-(``Receiver.gauges`` or ``Planner.report``); ``tests/source/test_docs.py`` checks both.
+(the receiver mode's ``gauges``: ``DriverMode.gauges`` with ``Receiver.gauges``, ``ExecutorsMode.gauges``;
+or ``OffsetProtocol.report`` itself); ``tests/source/test_docs.py`` checks both.
 Counters only grow and are safe to change from any thread; gauges are computed when reported.
 """
 

@@ -1,7 +1,8 @@
 """decode_messages: envelopes, op derivation, modes, typed rows, bad inputs, metadata, schema.
 
-Expected values are written from CockroachDB's documented encodings (shared/NOTES.md sections 1-2),
-not taken from the decoder's output.
+Expected values are written from CockroachDB's documented changefeed formats (the envelopes, each SQL
+type's JSON encoding, HLC timestamps as ``"<wall time in ns>.<10-digit logical>"`` strings), not taken
+from the decoder's output.
 """
 
 from __future__ import annotations
