@@ -9,6 +9,7 @@ kept as ``SecretStr`` so that neither ``repr`` nor an error message can leak the
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -26,6 +27,10 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _PROJECT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-.:]{0,62}[A-Za-z0-9]$|^[A-Za-z0-9]$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9\-.]+):(\d{1,5})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RELATIVE_STATE_DIR = (
+    "a relative path is another directory for every process and node (each resolves it against its own "
+    "working directory)"
+)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
 # The real service accepts ack deadlines of 10-600 s; the emulator also accepts shorter ones,
@@ -176,8 +181,8 @@ class SourceOptions(BaseModel):
     stateDir: str | None = Field(
         None,
         description="where the query keeps its state for exactly-once replay (see Guarantees), one per query: "
-        "`gs://bucket/prefix` (Cloud Storage, as on Dataproc), or a path (a local disk, or a mount every node "
-        "reaches). With `receiver=executors` it is required and must be reached by the driver and every executor: "
+        "`gs://bucket/prefix` (Cloud Storage, as on Dataproc), or an absolute path (a local disk, or a mount every "
+        "node reaches; a relative one is refused). With `receiver=executors` it is required and must be reached by the driver and every executor: "
         "`gs://` or a shared mount (see Scaling out)",
     )
     receiver: Literal["driver", "executors"] = Field(
@@ -191,7 +196,8 @@ class SourceOptions(BaseModel):
         description="with `receiver=driver`, how a batch reaches the executors: `fetch` (each task fetches its "
         "partition from the driver-side reader over TCP, encrypted with a key that travels inside Spark's task, so "
         "as private as Spark's own channel; the executors must reach the driver's host) or `tasks` (inside Spark's "
-        "tasks, through the JVM: no connection of its own, about 8 us more CPU per message)",
+        "tasks, through the JVM: no connection of its own, about 8 us more CPU per message); refused with "
+        "`receiver=executors`, whose tasks pull themselves",
     )
 
     # ---- field-level checks -------------------------------------------------------------------
@@ -253,13 +259,37 @@ class SourceOptions(BaseModel):
             # A URL the storage can't serve must not silently become a local directory named
             # after its scheme.
             scheme = v.split(":", 1)[0].lower()
-            bucket = v.split("://", 1)[1].split("/", 1)[0]
+            rest = v.split("://", 1)[1]
+            bucket = rest.split("/", 1)[0]
             if scheme not in ("gs", "file") or (scheme == "gs" and not bucket):
                 raise ValueError(
                     f"{v!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud "
                     "Storage), a path, or file:///path (a local disk, or a mount every node reaches); "
                     "hdfs:// and s3a:// are not supported"
                 )
+            if scheme == "file" and not rest.startswith("/"):
+                raise ValueError(_RELATIVE_STATE_DIR)
+        elif not os.path.isabs(v):
+            # Each process would resolve it against its own working directory: on a cluster, a
+            # different directory per node and per process.
+            raise ValueError(_RELATIVE_STATE_DIR)
+        return v
+
+    @field_validator("credentialsJson")
+    @classmethod
+    def _credentials_json(cls, v: SecretStr | None) -> SecretStr | None:
+        # Checked here so that a pasted path or a truncated key fails at load(), not in the stream;
+        # the message never quotes the value (nor does the JSON parser's, which is dropped).
+        if v is None:
+            return v
+        try:
+            info = json.loads(v.get_secret_value())
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            raise ValueError(
+                "not a JSON object: give the content of a service-account key file (or credentialsFile with its path)"
+            )
         return v
 
     @field_validator("rowSchema")
@@ -314,6 +344,11 @@ class SourceOptions(BaseModel):
                 "receiver=executors needs stateDir: each task records the slice it pulled there before "
                 "yielding a row, and the driver acknowledges from those records (a directory the driver "
                 "and every executor reach)"
+            )
+        if self.receiver == "executors" and "batchTransfer" in self.model_fields_set:
+            raise ValueError(
+                f"batchTransfer={self.batchTransfer} applies to receiver=driver (how the driver hands a batch to "
+                "the tasks); with receiver=executors the tasks pull themselves: remove batchTransfer"
             )
         if self.envelope == "csv" and not self.rowSchema:
             raise ValueError("envelope=csv needs rowSchema: CSV lines carry no column names")
@@ -460,6 +495,8 @@ def _accepted(name: str) -> str:
         return "driver or executors"
     if name == "batchTransfer":
         return "fetch or tasks"
+    if name == "stateDir":
+        return "an absolute path, file:///path or gs://bucket/prefix"
     if field.annotation in (bool, bool | None):
         return "true or false"
     lo = hi = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
 from crdb_pubsub.source.options import OptionError, parse_options
@@ -117,3 +119,40 @@ def test_state_dir_urls_other_than_gs_fail_fast(monkeypatch, receiver, url):
 def test_state_dir_takes_gs_urls_and_paths(monkeypatch, value):
     _clean_env(monkeypatch)
     assert parse_options({"subscription": SUB, "receiver": "executors", "stateDir": value}).stateDir == value
+
+
+# ---- refuse what is ambiguous (issue 31) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["state", "./state", "data/state", "~/state", "file://state"])
+@pytest.mark.parametrize("receiver", ["driver", "executors"])
+def test_a_relative_state_dir_is_refused(monkeypatch, receiver, value):
+    """On a cluster a relative path means another directory on every node (each process's working
+    directory): refused at load(), naming the option and what is accepted."""
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match=r"stateDir.*absolute.*gs://bucket/prefix") as info:
+        parse_options({"subscription": SUB, "receiver": receiver, "stateDir": value})
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_batch_transfer_with_executors_is_refused(monkeypatch):
+    """batchTransfer says how the driver hands a batch to the tasks: with receiver=executors the
+    tasks pull, so it would do nothing; given anyway, it is refused rather than ignored."""
+    _clean_env(monkeypatch)
+    for transfer in ("fetch", "tasks"):
+        with pytest.raises(OptionError, match=r"batchTransfer.*receiver=driver.*receiver=executors"):
+            parse_options({"subscription": SUB, "receiver": "executors", "stateDir": "/s", "batchTransfer": transfer})
+    assert parse_options({"subscription": SUB, "receiver": "executors", "stateDir": "/s"}).receiver == "executors"
+    assert parse_options({"subscription": SUB, "batchTransfer": "tasks"}).batchTransfer == "tasks"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["not json SECRET-KEY-MATERIAL", '{"private_key": "SECRET-KEY-MATERIAL"', '["SECRET-KEY-MATERIAL"]', ""],
+)
+def test_credentials_json_that_is_not_a_json_object_is_refused_without_its_content(monkeypatch, value):
+    _clean_env(monkeypatch)
+    with pytest.raises(OptionError, match=r"credentialsJson.*JSON object.*value not shown") as info:
+        parse_options({"subscription": SUB, "credentialsJson": value})
+    text = "".join(traceback.format_exception(info.value)) + repr(info.value)
+    assert "SECRET" not in text and "private_key" not in text
