@@ -89,17 +89,21 @@ class CrdbPubSubDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """Return the format's name, ``crdb_pubsub`` (``spark.readStream.format("crdb_pubsub")``)."""
         return SHORT_NAME
 
     def schema(self) -> StructType:
+        """Return the change-event columns; ``after``/``before`` are structs of ``rowSchema`` when it is set."""
         from ..decode.schema import spark_schema
 
         return spark_schema(_row_struct(self.source_options))
 
     def streamReader(self, schema: StructType) -> CrdbPubSubStreamReader:
+        """Return the stream reader Spark drives from its driver, with the options validated at ``load()``."""
         return CrdbPubSubStreamReader(self.source_options, schema)
 
     def reader(self, schema: StructType):
+        """Refuse a batch read: this is a streaming source (``trigger(availableNow=True)`` drains once)."""
         raise NotImplementedError(
             "crdb_pubsub is a streaming source: use spark.readStream.format('crdb_pubsub'), "
             "with .trigger(availableNow=True) for a one-off drain of the backlog"
