@@ -18,6 +18,13 @@ Spark 4.2 added admission control (``latestOffset(start, limit)``, read limits,
 without arguments, the reader applies ``maxMessagesPerTrigger``/``maxBytesPerTrigger`` itself,
 and AvailableNow runs as a single batch.
 
+Errors: Spark writes a Python error as its own prefix, then the Python traceback, then the
+message, so the line that says what to do used to be the ~25th of 30. The source's own exception
+types (``crdb_pubsub.*``: a bad option, unreachable Pub/Sub, a stateDir held by another query...)
+carry one line written for the user, so for them the traceback is dropped (:func:`_plainly`): the
+first line of the error ``load()`` raises, or of ``query.exception()``, ends with that line.
+Anything else (a bug) keeps its traceback.
+
 Data flows one way: Pub/Sub -> receiver -> sealed batch -> Arrow IPC partitions (fetched by the
 task from this process, or inside the partition) -> ``read`` -> decoder -> Arrow record batches ->
 Spark. With ``receiver=executors`` the partitions carry orders
@@ -27,8 +34,11 @@ Spark, and the driver acknowledges from the recorded slices (:mod:`.executors`).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +76,36 @@ SHORT_NAME = "crdb_pubsub"
 HAND_BACK_SECONDS = 5.0  # how long a terminated reader may take to hand its messages back
 
 
+# pyspark's worker formats an error without its traceback when this is set in the worker's
+# environment (pyspark.util.handle_worker_exception, 4.0 to 4.3); the worker then exits, so it
+# affects that one error.
+_HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
+
+
+@contextlib.contextmanager
+def _plainly() -> Iterator[None]:
+    """Let the source's own errors reach the user as their one line, right after Spark's prefix.
+
+    Used only where an error ends the Python process that raised it: ``load()``'s planning worker
+    and the driver-side reader's process (both exit after reporting it).
+    """
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__module__.startswith("crdb_pubsub."):
+            os.environ[_HIDE_TRACEBACK] = "1"
+        raise
+
+
+def _said_plainly(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _plainly():
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 def _row_struct(options: SourceOptions) -> StructType | None:
     if not options.rowSchema:
         return None
@@ -83,7 +123,8 @@ class CrdbPubSubDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         # Validate now: this runs inside ``load()``, which is where a bad option should fail.
-        self.source_options = parse_options(dict(options))
+        with _plainly():
+            self.source_options = parse_options(dict(options))
         # Spark keeps ``self.options`` (it holds credentials); make sure no repr shows them.
         self.options = _RedactedOptions(options)
 
@@ -92,6 +133,7 @@ class CrdbPubSubDataSource(DataSource):
         """Return the format's name, ``crdb_pubsub`` (``spark.readStream.format("crdb_pubsub")``)."""
         return SHORT_NAME
 
+    @_said_plainly
     def schema(self) -> StructType:
         """Return the change-event columns; ``after``/``before`` are structs of ``rowSchema`` when it is set."""
         from ..decode.schema import spark_schema
@@ -197,6 +239,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
 
     # ---- driver side ------------------------------------------------------------------------
 
+    @_said_plainly
     def initialOffset(self) -> dict:
         """Return the offset before the first batch of a new query (a fresh checkpoint).
 
@@ -215,6 +258,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             return ReadMaxBytes(self._options.maxBytesPerTrigger)
         return ReadAllAvailable()
 
+    @_said_plainly
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Return the end offset of the next batch (``start`` when there is nothing new).
 
@@ -236,10 +280,12 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             max_bytes = limit.max_bytes
         return self._driver().latest(start, max_messages, max_bytes)
 
+    @_said_plainly
     def prepareForTriggerAvailableNow(self) -> None:
         """Spark 4.2+, Trigger.AvailableNow: read what was published before now, then end."""
         self._driver().prepare_available_now()
 
+    @_said_plainly
     def partitions(self, start: dict, end: dict) -> list[MessagesPartition] | list[SlicePartition]:
         """Return the input partitions of the batches in ``(start, end]``, ``[]`` when ``start == end``.
 
@@ -253,6 +299,7 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             return [SlicePartition(bid, i, order, stats) for bid, i, order in planner.partitions(start, end)]
         return [MessagesPartition(bid, i, payload, stats) for bid, i, payload in planner.partitions(start, end)]
 
+    @_said_plainly
     def commit(self, end: dict) -> None:
         """Spark committed every batch up to ``end``: acknowledge their messages."""
         self._driver().commit(end)
