@@ -16,14 +16,20 @@ import pytest
 
 PROJECT = "test-project"
 
-# The fast suite is ``-m "not integration"``: whatever needs the emulator or a SparkSession is
-# integration by definition, whether or not its module says so.
+# The tiers (docs/development.md): ``bash tests/run.sh --fast`` is ``-m "not integration"``.
+# Whatever needs the emulator, the Cloud Storage test server or a SparkSession is integration by
+# definition, whether or not its module says so: the fixtures it uses decide (``fixturenames`` holds
+# every fixture a test needs, directly or through another fixture), and so do the spark and faults
+# markers. A test that needs none of these but waits out seconds of real time says so itself.
 _INTEGRATION_FIXTURES = {"spark", "emulator_host", "gcs_server", "gcs_state_url"}
+_INTEGRATION_MARKERS = ("spark", "faults")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("spark"):
+        if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+            item.get_closest_marker(m) for m in _INTEGRATION_MARKERS
+        ):
             item.add_marker(pytest.mark.integration)
 
 

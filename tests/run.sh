@@ -2,13 +2,22 @@
 # The test command: sets up a virtualenv (see examples/bootstrap.sh) and runs the suite
 # (unit + integration against the real Pub/Sub emulator + Spark end to end).
 #   bash tests/run.sh                          # everything, on the pinned pyspark (.venv)
+#   bash tests/run.sh --fast                   # the fast tier: no emulator, no Spark, no real waiting,
+#                                              # the simulation on 100 seeds a pair (docs/development.md)
 #   bash tests/run.sh -k decoding              # extra arguments go to pytest
 #   bash tests/run.sh --pyspark 4.0.5          # the smoke run (tests/versions) on another Spark,
 #                                              # in its own cached venv
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARGS=()
-if [ "${1:-}" = "--pyspark" ]; then
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  # Whatever needs the emulator, a SparkSession or a Spark subprocess, or waits out seconds of real
+  # time, is `integration` (tests/conftest.py marks it from the fixtures it uses). The simulation runs
+  # CRDB_PUBSUB_SIM_SEEDS seeds a (mode, storage) pair: 100 here, 500 in the full suite.
+  export CRDB_PUBSUB_SIM_SEEDS="${CRDB_PUBSUB_SIM_SEEDS:-100}"
+  ARGS=(-m "not integration" -n "${CRDB_PUBSUB_FAST_WORKERS:-2}" --dist worksteal)
+elif [ "${1:-}" = "--pyspark" ]; then
   export PYSPARK_VERSION="$2"
   shift 2
   export CRDB_PUBSUB_SMOKE=1

@@ -264,6 +264,7 @@ def test_a_stale_reader_of_the_same_run_is_ended(tmp_path):
     assert not alive
 
 
+@pytest.mark.integration  # waits out 3 s of a holder's renewals
 def test_a_holder_serving_another_run_is_left_alone(tmp_path):
     """Another query (another checkpoint) on the same stateDir: refused, as before; nothing ended."""
     got, alive = _holder_and_taker(tmp_path, "run-1", "run-2", wait=3)
@@ -271,6 +272,7 @@ def test_a_holder_serving_another_run_is_left_alone(tmp_path):
     assert alive
 
 
+@pytest.mark.integration  # waits out 3 s of a holder's renewals
 def test_a_holder_is_left_alone_while_the_run_is_unknown(tmp_path):
     """A fresh checkpoint names no run: whoever holds the directory may be another query."""
     got, alive = _holder_and_taker(tmp_path, "run-1", "", wait=3)
