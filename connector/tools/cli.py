@@ -374,12 +374,7 @@ def _simulate(argv: Sequence[str], err: TextIO) -> int:
     parser = simulator.build_arg_parser(prog)
     parser.__class__ = _Parser
     args = parser.parse_args(list(argv))
-    try:
-        simulator.simulator_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.rows < 0:
-        parser.error(f"--rows must be >= 0, got {args.rows}")
+    simulator.checked_simulator(parser, args)
     if not args.dry_run and not args.emulator_host:
         parser.error("--emulator-host is required (or set PUBSUB_EMULATOR_HOST)")
     return simulator.main(list(argv), prog=prog)

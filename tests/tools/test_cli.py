@@ -53,6 +53,12 @@ def test_help_for_every_command(command):
         (["simulate", "--rows", "many"], "--rows"),
         (["simulate", "--rows", "5"], "--emulator-host"),
         (["simulate", "--dry-run", "--envelope", "wraped"], "--envelope"),
+        (["simulate", "--dry-run", "--resolved-every", "-1"], "--resolved-every"),
+        (["simulate", "--dry-run", "--mix", "x"], "--mix"),
+        (["simulate", "--dry-run", "--tables", "nope"], "--tables"),
+        (["simulate", "--rate", "0", "--emulator-host", "127.0.0.1:1"], "--rate"),
+        (["simulate", "--duplicate-fraction", "2", "--emulator-host", "127.0.0.1:1"], "--duplicate-fraction"),
+        (["simulate", "--shuffle-window", "-2", "--emulator-host", "127.0.0.1:1"], "--shuffle-window"),
         (["nonsense"], "invalid choice"),
     ],
 )

@@ -25,7 +25,7 @@ ground truth) depends only on ``seed``, ``tables`` and ``mix``, not on envelope 
 """
 
 from .clock import HLC
-from .command import build_arg_parser, main, simulator_from_args
+from .command import build_arg_parser, checked_simulator, main, simulator_from_args
 from .core import ChangefeedSimulator
 from .encoding import crdb_json
 from .messages import SimMessage
@@ -45,6 +45,7 @@ __all__ = [
     "SimMessage",
     "Table",
     "build_arg_parser",
+    "checked_simulator",
     "crdb_json",
     "main",
     "make_publisher",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -117,14 +118,38 @@ def simulator_from_args(args: argparse.Namespace) -> ChangefeedSimulator:
     )
 
 
+def as_flags(message: str) -> str:
+    """Say a simulator error ("resolved_every: expected ...") with the flag ("--resolved-every: ...")."""
+    return re.sub(r"^(\w+):", lambda m: "--" + m.group(1).replace("_", "-") + ":", message)
+
+
+def checked_simulator(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ChangefeedSimulator:
+    """Build the simulator ``args`` describe, every flag checked before anything is published.
+
+    A mistake exits through ``parser.error`` (one line naming the flag, exit 2).
+    """
+    try:
+        sim = simulator_from_args(args)
+    except ValueError as exc:
+        parser.error(as_flags(str(exc)))
+    if args.rows < 0:
+        parser.error(f"--rows must be >= 0, got {args.rows}")
+    if args.rate is not None and not args.rate > 0:
+        parser.error(f"--rate must be > 0, got {args.rate:g}")
+    if args.shuffle_window < 0:
+        parser.error(f"--shuffle-window must be >= 0, got {args.shuffle_window}")
+    if not 0.0 <= args.duplicate_fraction <= 1.0:
+        parser.error(f"--duplicate-fraction must be 0.0 to 1.0, got {args.duplicate_fraction:g}")
+    if not args.no_subscriptions and not args.subscription_suffix:
+        parser.error("--subscription-suffix must not be empty (a subscription's id differs from its topic's)")
+    return sim
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the ``simulate`` command; returns the process exit code (2 on bad arguments)."""
     parser = build_arg_parser(prog)
     args = parser.parse_args(argv)
-    try:
-        sim = simulator_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    sim = checked_simulator(parser, args)
     if args.dry_run:
         for msg in sim.events(args.rows):
             sys.stdout.write(f"{msg.topic}\t{msg.data.decode('utf-8')}\n")
@@ -132,8 +157,6 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
     if not args.emulator_host:
         parser.error("--emulator-host is required (or set PUBSUB_EMULATOR_HOST)")
-    if not args.no_subscriptions and not args.subscription_suffix:
-        parser.error("--subscription-suffix must not be empty (a subscription's id differs from its topic's)")
     from crdb_pubsub.tools.rpc import Unreachable, check_reachable, emulator_source
 
     host = args.emulator_host
@@ -160,7 +183,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             publisher.stop()
             publisher.transport.close()
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(as_flags(str(exc)))
     except Unreachable as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     except RuntimeError as exc:  # publishes that failed (each within its deadline)
