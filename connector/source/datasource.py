@@ -38,6 +38,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -87,14 +88,23 @@ def _plainly() -> Iterator[None]:
     """Let the source's own errors reach the user as their one line, right after Spark's prefix.
 
     Used only where an error ends the Python process that raised it: ``load()``'s planning worker
-    and the driver-side reader's process (both exit after reporting it).
+    and the driver-side reader's process (both exit after reporting it). Anywhere else (a test, or
+    a program calling the reader itself) the environment is left alone: a Spark started later
+    would inherit the setting.
     """
     try:
         yield
     except Exception as exc:
-        if type(exc).__module__.startswith("crdb_pubsub."):
+        if type(exc).__module__.startswith("crdb_pubsub.") and _in_a_spark_worker():
             os.environ[_HIDE_TRACEBACK] = "1"
         raise
+
+
+def _in_a_spark_worker() -> bool:
+    # Spark's Python workers run as pyspark.daemon's children or as a pyspark module (the
+    # streaming source runner): their __main__ is pyspark's.
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return str(getattr(spec, "name", "") or "").startswith("pyspark.")
 
 
 def _said_plainly(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ traceback, so the first line ends with what went wrong and what to do.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -53,3 +54,15 @@ def test_unreachable_pubsub_is_the_first_line_of_the_query_exception(spark, tmp_
         first = _first_line(exc)
         assert "ReceiverError: cannot reach Pub/Sub at the emulator at 127.0.0.1:9" in first, str(exc)
         assert "Connection refused" in first and "Traceback" not in str(exc)
+
+
+def test_outside_a_spark_worker_the_environment_is_left_alone(monkeypatch):
+    """A test or a program calling the source itself must not hide the tracebacks of a Spark it
+    starts later (the setting would be inherited)."""
+    from crdb_pubsub.source.datasource import CrdbPubSubDataSource
+    from crdb_pubsub.source.options import OptionError
+
+    monkeypatch.delenv("SPARK_HIDE_TRACEBACK", raising=False)
+    with pytest.raises(OptionError):
+        CrdbPubSubDataSource({"subscription": SUB, "stateDir": "relative"})
+    assert "SPARK_HIDE_TRACEBACK" not in os.environ
