@@ -10,7 +10,7 @@ Only the freedoms the service documents (NOTES.md section 9), each drawn from th
   (standard subscriptions); every delivery has a fresh ack id, and only the newest one acts.
 * **Late answers**: a Pull may be answered after its client gave up: its messages are leased to
   nobody until the deadline passes. Acknowledge and ModifyAckDeadline may land and lose their
-  answer, or land late, or not land; a standard subscription answers OK to an ack id whose lease
+  answer, or land late (any time before their deadline, answered after it), or not land; a standard subscription answers OK to an ack id whose lease
   lapsed (acting or not); an exactly-once one answers per ack id (``ErrorInfo`` metadata) and may
   fail some transiently.
 * **Ordering keys**: a key's messages come in publish order; none while one of them is
@@ -60,7 +60,7 @@ class Terms:
     empty_timeout: float = 0.5  # chance a Pull that found nothing times out instead of answering empty
     ack_lost: float = 0.0  # chance an Acknowledge/ModifyAckDeadline lands but its answer is lost
     ack_dropped: float = 0.0  # ... is lost before it lands
-    ack_late: float = 0.0  # ... lands after the client's deadline
+    ack_late: float = 0.0  # ... answered after the client's deadline (landing before it)
     expired_ack_acts: float = 0.5  # chance a standard subscription's OK to a lapsed ack id acts anyway
     transient_eod: float = 0.0  # exactly-once: chance per ack id of a TRANSIENT_FAILURE
     outages: list[tuple[float, float]] = field(default_factory=list)  # (start, end), virtual seconds
@@ -452,9 +452,10 @@ class SimPubSub:
             return failures
 
         if r < t.ack_dropped + t.ack_late:
-            # It lands after the client gave up: the client's deadline passes, the request lands
-            # later (on the network's own time).
-            delay = (timeout or 10.0) + self.rng.uniform(0.0, 2.0 * s.ack_deadline)
+            # It lands at any time before its deadline, and the answer comes after the client
+            # gave up. Not later: gRPC sends the deadline along, and the service drops a request
+            # whose deadline passed (as for a Pull answered late, whose lease starts before it).
+            delay = self.rng.uniform(0.0, timeout or 10.0)
 
             def later() -> None:
                 sched.sleep(delay)

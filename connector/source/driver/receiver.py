@@ -88,6 +88,7 @@ class Receiver:
             max_lease_seconds=max_lease_seconds,
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
+            on_released=self._nack,
             clock=clock,
         )
         self._stopping = threading.Event()
@@ -168,7 +169,7 @@ class Receiver:
         self.flow.wake()
         with self._cond:
             self._cond.notify_all()
-        self.leaser.stop(timeout=min(1.0, within))
+        renewing = not self.leaser.stop(timeout=min(1.0, within))
         # Keep a second of the budget for the hand-back itself.
         for p in self._pullers:
             p.thread.join(max(0.0, end - 1.0 - self._clock()))
@@ -181,7 +182,7 @@ class Receiver:
         self.acker.stop()
         with self._cond:
             still_held = bool(self._live)
-        if any(p.thread.is_alive() for p in self._pullers) or not flushed or any(failed) or still_held:
+        if renewing or any(p.thread.is_alive() for p in self._pullers) or not flushed or any(failed) or still_held:
             return float("inf")
         now, wall = self._clock(), time.time()
         with self._cond:
@@ -242,11 +243,12 @@ class Receiver:
     def wait_out(self, leased_until: float) -> None:
         """Wait out what an earlier process leased: it may be held by nobody until wall time ``leased_until``.
 
-        No later than a lease from now: it renewed its leases at most ``lease_seconds`` ahead, and
-        a Pull it had in flight leased its answer for the subscription's ack deadline (``inf``:
-        it crashed, that is as long as it can be). Until then no empty answer proves a
-        subscription drained.
+        No later than a lease from now: it renewed its leases at most ``lease_seconds`` ahead (a
+        renewal it sent last acting up to its deadline later), and a Pull it had in flight leased
+        its answer for the subscription's ack deadline (``inf``: it crashed, that is as long as it
+        can be). Until then no empty answer proves a subscription drained.
         """
+        from ..transport import MODIFY_DEADLINE
         from .pullers import PULL_TIMEOUT_SECONDS
 
         now, wall = self._clock(), time.time()
@@ -254,7 +256,8 @@ class Receiver:
             for sub in self._subs:
                 info = self._info.get(sub)
                 deadline = info.ack_deadline if info else self._lease_seconds
-                left = min(leased_until - wall, max(self._lease_seconds, deadline + PULL_TIMEOUT_SECONDS))
+                longest = max(self._lease_seconds + MODIFY_DEADLINE.total, deadline + PULL_TIMEOUT_SECONDS)
+                left = min(leased_until - wall, longest)
                 if left > 0:
                     self._drain.shadow(sub, now + left)
 
@@ -473,11 +476,14 @@ class Receiver:
         ledger learns through ``on_answered`` which acknowledgements were not proven.
         """
         assert self.acks is not None
-        live = self._release(chunks)
+        live, _ = self._release(chunks)
         return self.acks.acknowledge(live, on_answered)
 
-    def _release(self, chunks: Iterable[Chunk]) -> list[Chunk]:
-        """Mark chunks done and drop them from the held index and flow control."""
+    def _release(self, chunks: Iterable[Chunk], *, handing_back: bool = False) -> tuple[list[Chunk], list[Chunk]]:
+        """Mark chunks done and drop them from the held index and flow control.
+
+        Returns them, and (``handing_back``) those whose hand-back waits for a renewal in flight.
+        """
         live: list[Chunk] = []
         with self._cond:
             for c in chunks:
@@ -497,25 +503,34 @@ class Receiver:
                 self.remembered.prune(self._pruned_at)
             self._later = [c for c in self._later if c.state != DONE]
             self._cond.notify_all()
-        self.leaser.discard(live)
+        waiting = self.leaser.discard(live, handing_back=handing_back)
         m, b = total(live)
         self.flow.release(m, b)
-        return live
+        return live, waiting
 
     def _hand_back(
         self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
     ) -> int:
-        live = self._release(chunks)
+        live, waiting = self._release(chunks, handing_back=True)
+        if waiting:
+            ready = set(live) - set(waiting)  # the others follow when their renewal landed
+            self._nack([c for c in live if c in ready], total, on_done)
+        else:
+            self._nack(live, total, on_done)
+        n = sum(len(c) for c in live)
+        self.counters.add("handedBack", n)
+        return n
+
+    def _nack(
+        self, chunks: list[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
+    ) -> None:
         by_sub: dict[str, list[Chunk]] = {}
-        for c in live:
+        for c in chunks:
             by_sub.setdefault(c.sub, []).append(c)
         for sub, cs in by_sub.items():
             ids = [a for c in cs for a in c.fresh_ack_ids()]
             done = self._on_handed_back(sub, self.leaser.leased_until(cs), on_done)
             self.acker.submit(Job(NACK, sub, ids, on_done=done, total=total))
-        n = sum(len(c) for c in live)
-        self.counters.add("handedBack", n)
-        return n
 
     def _on_handed_back(
         self, sub: str, lease_until: float, then: Callable[[AckResult], None] | None
@@ -526,8 +541,7 @@ class Receiver:
                 # asked for (up to lease_seconds, often longer than the ack deadline), which the
                 # next process waits out too (shutdown reports it).
                 with self._cond:
-                    self._drain.shadow(sub, lease_until)
-                    self._drain.leased_at(sub, self._clock())
+                    self._drain.handed_back(sub, result.failed, lease_until, self._clock())
             if then is not None:
                 then(result)
 

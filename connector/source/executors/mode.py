@@ -45,7 +45,7 @@ from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet, Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
-from ..transport import Rpc, rpc_for
+from ..transport import MODIFY_DEADLINE, AckResult, Rpc, rpc_for
 from .orders import Plan, SliceOrder, orders_of
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
@@ -169,6 +169,7 @@ class ExecutorsMode:
             max_lease_seconds=opts.maxLeaseDurationSeconds,
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
+            on_released=self._nack,
         )
         now = time.monotonic()
         for sub, mids, expires_in in recovered.remembered:
@@ -384,8 +385,7 @@ class ExecutorsMode:
         self._stop.set()
         if self._seen is not None:
             self._seen.close()
-        if self._leaser is not None:
-            self._leaser.stop(timeout=min(1.0, within))
+        renewing = self._leaser is not None and not self._leaser.stop(timeout=min(1.0, within))
         flushed = True
         if self._acker is not None:
             flushed = self._acker.flush(max(0.0, end - time.monotonic()))
@@ -393,7 +393,7 @@ class ExecutorsMode:
         with self._lock:
             held = bool(self._slices) or bool(self._later)
             shadow = self._drain.latest_shadow()
-        if held or not flushed:
+        if held or not flushed or renewing:
             return float("inf")
         return shadow
 
@@ -588,15 +588,30 @@ class ExecutorsMode:
                     self._drain.shadow(sub, now)
         for c in chunks:
             c.state = DONE
-        self._leaser.discard(chunks)
-        by_sub: dict[str, list[str]] = {}
-        for c in chunks:
-            by_sub.setdefault(c.sub, []).extend(c.fresh_ack_ids())
-        for sub, ids in by_sub.items():
-            self._acker.submit(Job(NACK, sub, ids))
+        waiting = set(self._leaser.discard(chunks, handing_back=True))
+        self._nack([c for c in chunks if c not in waiting])  # the others when their renewal landed
         n = sum(len(c) for c in chunks)
         self.counters.add("handedBack", n)
         return n
+
+    def _nack(self, chunks: list[Chunk]) -> None:
+        assert self._acker is not None and self._leaser is not None
+        by_sub: dict[str, list[Chunk]] = {}
+        for c in chunks:
+            by_sub.setdefault(c.sub, []).append(c)
+        for sub, cs in by_sub.items():
+            ids = [a for c in cs for a in c.fresh_ack_ids()]
+            self._acker.submit(Job(NACK, sub, ids, on_done=self._on_handed_back(sub, self._leaser.leased_until(cs))))
+
+    def _on_handed_back(self, sub: str, lease_until: float) -> Callable[[AckResult], None]:
+        until = _wall(lease_until)
+
+        def done(result: AckResult) -> None:
+            if result.failed:
+                with self._lock:
+                    self._drain.handed_back(sub, result.failed, until, time.time())
+
+        return done
 
     def _on_unproven(self, sub: str) -> None:
         # An acknowledgement not proven may leave its message leased, holding an ordered key's
@@ -605,12 +620,20 @@ class ExecutorsMode:
             self._drain.leased_at(sub, time.time())
 
     def _wait_out(self, leased_until: float) -> None:
-        """Wait out an earlier process's leases: its messages may be held by nobody until wall time ``leased_until``."""
+        """Wait out an earlier process's leases: its messages may be held by nobody until wall time ``leased_until``.
+
+        No later than a lease from now, plus the time a renewal it sent last may take to act.
+        """
         now = time.time()
-        window = self._opts.ackDeadlineSeconds
+        window = self._opts.ackDeadlineSeconds + MODIFY_DEADLINE.total
         with self._lock:
             for sub, info in self._subs.items():
                 self._drain.shadow(sub, min(leased_until, now + max(window, info.ack_deadline + PULL_TIMEOUT_SECONDS)))
+
+
+def _wall(monotonic: float) -> float:
+    """Return a time on the leaser's (monotonic) clock as wall time, the clock of the drained evidence."""
+    return time.time() + (monotonic - time.monotonic())
 
 
 def _by_sub(table: pa.Table) -> dict[str, list[str]]:

@@ -39,7 +39,7 @@ from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet
 from ..storage import Storage, open_storage
 from ..storage.lease import Lease
-from ..transport import Backoff, Rpc, group_by_subscription, is_transient, rpc_for
+from ..transport import MODIFY_DEADLINE, Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
 from . import seen
 from .orders import SliceOrder
@@ -251,12 +251,7 @@ class _Pulled:
         if not lapsed:
             return
         gone = [self.chunks[i] for i in lapsed]
-        self.keeper.discard(gone)
-        _hand_back(rpc, gone)
-        wall = time.time()
-        for c in gone:  # deliverable again: no answer before proves the subscription drained
-            e = self.evidence[c.sub]
-            e.shadow_until = max(e.shadow_until, wall)
+        self._give_back(rpc, gone)
         for c in gone:
             c.state = DONE
         n = sum(len(c) for c in gone)
@@ -325,6 +320,7 @@ class _Pulled:
         if not contested:
             return
         back: list[Chunk] = []
+        split: list[Chunk] = []  # the chunks they were taken from (a renewal of which may be in flight)
         for i in sorted(keys_of, reverse=True):
             c, roles = self.chunks[i], self.roles[i]
             give = []
@@ -339,20 +335,32 @@ class _Pulled:
                 continue
             rest = [j for j in range(len(c)) if j not in set(give)]
             back.append(c.take(give))
-            self.keeper.discard([c])
             if rest:
                 kept = c.take(rest)
                 self.keeper.add_scheduled(kept)
                 self.chunks[i], self.batches[i], self.roles[i] = kept, kept.batch, roles[rest]
             else:
                 del self.chunks[i], self.batches[i], self.roles[i]
+            split.append(c)
         if back:
-            _hand_back(rpc, back)
-            wall = time.time()
-            for c in back:  # deliverable again: no answer before proves the subscription drained
-                e = self.evidence[c.sub]
-                e.shadow_until = max(e.shadow_until, wall)
+            self._give_back(rpc, back, split)
             self.handed_back += sum(len(c) for c in back)
+
+    def _give_back(self, rpc: Rpc, chunks: list[Chunk], leased: list[Chunk] | None = None) -> None:
+        """Hand ``chunks`` back before the slice is recorded; no answer before proves their subscription drained.
+
+        ``leased``: the chunks the keeper leases them as, if not themselves.
+        """
+        leased = chunks if leased is None else leased
+        waiting = self.keeper.discard(leased, handing_back=True)
+        if waiting:
+            # A renewal sent before could act after the hand-back: hand back once it landed.
+            self.keeper.wait_landed(waiting, MODIFY_DEADLINE.total + 1.0)
+        _hand_back(rpc, chunks)
+        wall = time.time()
+        for c in chunks:
+            e = self.evidence[c.sub]
+            e.shadow_until = max(e.shadow_until, wall)
 
     def table(self) -> pa.Table:
         if not self.chunks:

@@ -56,6 +56,18 @@ class Drain:
         """
         self.shadow(sub, at + self._deadlines.get(sub, 10.0))
 
+    def handed_back(self, sub: str, failed: Mapping[str, str], leased_until: float, now: float) -> None:
+        """Take the answer to a hand-back of ``sub``: ``failed`` maps ack ids to reasons.
+
+        An ack id refused for good (``PERMANENT_FAILURE_*``: exactly-once subscriptions) holds no
+        lease. Any other failure (the request lost or timed out, a transient refusal) may have
+        left its message leased, to nobody, until the last lease asked for (``leased_until``), and
+        at least an ack deadline from ``now``.
+        """
+        if any(not reason.startswith("PERMANENT_FAILURE") for reason in failed.values()):
+            self.shadow(sub, leased_until)
+            self.leased_at(sub, now)
+
     def shadowed(self, sub: str) -> bool:
         """Whether ``sub`` ever had a shadow (its Pulls are then better asked to return at once)."""
         return sub in self._shadow

@@ -51,6 +51,7 @@ class Leaser:
         max_lease_seconds: int,
         on_given_up: Callable[[int], None] = lambda n: None,
         on_extended: Callable[[int], None] = lambda n: None,
+        on_released: Callable[[list[Chunk]], None] = lambda chunks: None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "crdb-pubsub-leaser",
     ) -> None:
@@ -59,6 +60,11 @@ class Leaser:
         self._max_lease_seconds = max_lease_seconds
         self._on_given_up = on_given_up
         self._on_extended = on_extended
+        # ``on_released(chunks)``: chunks whose hand-back waited for a renewal of theirs in flight
+        # (sent first, it could act last and lease them to nobody): hand them back now.
+        self._on_released = on_released
+        self._flying: dict[Chunk, int] = {}  # chunks in a renewal in flight, how many
+        self._returned: set[Chunk] = set()  # of those, the ones handed back meanwhile
         self._clock = clock
         self._name = name
         self._lock = threading.Lock()
@@ -94,10 +100,21 @@ class Leaser:
             self._chunks[chunk] = None
         self._wake.set()
 
-    def discard(self, chunks: list[Chunk]) -> None:
+    def discard(self, chunks: list[Chunk], *, handing_back: bool = False) -> list[Chunk]:
+        """Stop leasing ``chunks``.
+
+        ``handing_back``: their owner hands them back to Pub/Sub. Returns those a renewal is in
+        flight for: their owner hands them back only once ``on_released`` gives them (when the
+        renewal was answered or timed out), so that no renewal acts after the hand-back.
+        """
+        held: list[Chunk] = []
         with self._lock:
             for c in chunks:
                 self._chunks.pop(c, None)
+                if handing_back and c in self._flying:
+                    self._returned.add(c)
+                    held.append(c)
+        return held
 
     def leased_until(self, chunks: Iterable[Chunk]) -> float:
         """Return the latest time (on this leaser's clock) until which ``chunks`` may be leased."""
@@ -108,12 +125,19 @@ class Leaser:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop renewing; once this returns no renewal is sent (a hand-back can follow safely)."""
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Stop renewing: no renewal round starts after this returns.
+
+        Waits up to ``timeout`` for a round in flight. Returns whether none is in flight any more
+        (else a renewal sent before may still act after a hand-back that follows).
+        """
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        with self._lock:
+            flying = bool(self._flying)
+        return not flying and not (self._thread is not None and self._thread.is_alive())
 
     def extend(self, chunks: list[Chunk], seconds: int) -> None:
         """Renew ``chunks`` now, from the caller's thread.
@@ -165,6 +189,7 @@ class Leaser:
                     del self._chunks[c]
                     continue
                 due.setdefault(c.sub, []).append(c)
+                self._flying[c] = self._flying.get(c, 0) + 1  # in flight from now: see discard()
                 self._schedule(c, float(self._lease_seconds), now)
                 next_due = c.renew_at if next_due is None else min(next_due, c.renew_at)
         if given_up:
@@ -176,19 +201,57 @@ class Leaser:
                     "Pub/Sub will deliver them again (at-least-once)",
                     self._max_lease_seconds,
                 )
-        for sub, chunks in due.items():
+        for i, (sub, chunks) in enumerate(due.items()):
             if self._stop.is_set():
+                returned = self._landed([c for cs in list(due.values())[i:] for c in cs])
+                if returned:
+                    self._on_released(returned)
                 return next_due
-            self._send(sub, chunks, self._lease_seconds)
+            self._send(sub, chunks, self._lease_seconds, counted=True)
         return next_due
 
-    def _send(self, sub: str, chunks: list[Chunk], seconds: int) -> None:
+    def wait_landed(self, chunks: list[Chunk], timeout: float) -> bool:
+        """Wait until no renewal of ``chunks`` is in flight (at most ``timeout``); whether none is."""
+        end = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not any(c in self._flying for c in chunks):
+                    return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+
+    def _landed(self, chunks: list[Chunk]) -> list[Chunk]:
+        """Note that the renewal of ``chunks`` ended; return those handed back meanwhile."""
+        with self._lock:
+            returned = [c for c in chunks if c in self._returned]
+            for c in chunks:
+                self._flying[c] -= 1
+                if not self._flying[c]:
+                    del self._flying[c]
+                    self._returned.discard(c)
+        return returned
+
+    def _send(self, sub: str, chunks: list[Chunk], seconds: int, *, counted: bool = False) -> None:
+        """Renew ``chunks`` (``counted``: already noted in flight by the round that chose them)."""
+        if not counted:
+            with self._lock:
+                for c in chunks:
+                    self._flying[c] = self._flying.get(c, 0) + 1
         ids = [a for c in chunks for a in c.fresh_ack_ids()]
         if not ids:
+            returned = self._landed(chunks)
+            if returned:
+                self._on_released(returned)
             return
         sent = self._clock()
-        result = self._renew(sub, ids, seconds)
-        answered = self._clock()
+        try:
+            result = self._renew(sub, ids, seconds)
+        finally:
+            answered = self._clock()
+            returned = self._landed(chunks)
+        if returned:
+            self._on_released(returned)
         failed = result.failed
         extended = 0
         with self._lock:
