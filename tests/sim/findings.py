@@ -191,3 +191,12 @@ def drawn_executors_gs_174(seed: int = 174) -> Scenario:
     was delivered that message again with the key's next one, kept the next one and left the first
     to the slice that recorded it earlier, whose partition comes later in the batch."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_driver_posix_902(seed: int = 902) -> Scenario:
+    """On 54a500a (a regression of the fix for seed 440): an AvailableNow run on an exactly-once
+    subscription never ended. Every hand-back of what was published after its cutoff was refused
+    with PERMANENT_FAILURE_INVALID_ACK_ID, and each refusal cast a lease-long shadow, so no answer
+    ever counted as evidence. An ack id refused for good holds no lease."""
+    return draw(seed, "driver", "posix")
