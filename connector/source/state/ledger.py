@@ -526,20 +526,23 @@ class Ledger:
 
         A listing on a shared file system may be a snapshot a few seconds old (NFS attribute
         caching) and miss what an earlier process wrote last, which is what recovery needs most.
-        Batch ids only grow, so what a stale listing of a folder misses lies past the newest id it
-        shows: each id after it is looked for by name until :data:`LOOKAHEAD` ids in a row have
-        nothing.
+        Batch ids only grow, so what a stale listing misses lies past the newest id any folder
+        shows (not the folder's own: a committed batch's objects are deleted, so ``batches/`` may
+        show nothing at all): each id after it is looked for by name until :data:`LOOKAHEAD` ids
+        in a row have nothing.
         """
         out = []
+        newest = -1
         for folder, name in (("acked", _acked), ("plans", _plan), ("batches", _batch)):
             keys = self.storage.list(f"{ROOT}/{folder}/")
+            newest = max([newest, *(i for i in map(_id, keys) if i is not None)])
             if self.storage.listing_may_lag:
-                bid = max((i for i in map(_id, keys) if i is not None), default=-1) + 1
+                bid = newest + 1
                 empty = 0
                 while empty < LOOKAHEAD:
                     if self.storage.stat(name(bid)) is not None:
                         keys.append(name(bid))
-                        empty = 0
+                        newest, empty = bid, 0
                     else:
                         empty += 1
                     bid += 1

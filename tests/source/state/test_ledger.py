@@ -300,3 +300,31 @@ def test_unconfirmed_acknowledgements_on_disk_are_bounded(storage_url):
         ledger.answered(bid, unconfirmed=rows)
     kept = [m for _, pairs in ledger.recover().unconfirmed for m, _ in pairs]
     assert kept == ["3-0", "3-1", "4-0", "4-1"], kept
+
+
+def test_a_listing_that_lags_does_not_hide_the_batch_planned_last(tmp_path):
+    """A restart on a shared file system whose listing of ``batches/`` is a snapshot from before
+    the last batch was written, while every earlier batch's object was deleted at its commit: the
+    listing shows nothing at all. Recovery looked for ids past the newest the *same* folder showed
+    (none: from 0, 32 ids, and gave up), missed batch 41, and the next process yielded its messages
+    again when Pub/Sub delivered them (found by the simulation, seed 361 of driver/posix on
+    7772b89). It looks past the newest id any folder shows."""
+    ledger = open_ledger(tmp_path)
+    ledger.claim("run-1", [SUB], fresh=True)
+    for b in range(1, 41):  # past a lookahead's reach from 0
+        ledger.record(b, batch(range(3 * b, 3 * b + 3)))
+        ledger.committed(b, [(SUB, str(i), f"ack{i}") for i in range(3 * b, 3 * b + 3)])
+    ledger.record(41, batch(range(123, 126)))
+    ledger.close()
+
+    again = open_ledger(tmp_path)
+    storage = again.storage
+    listed = storage.list
+
+    def stale_list(prefix: str) -> list[str]:
+        return [] if prefix.endswith("batches/") or prefix.endswith("plans/") else listed(prefix)
+
+    storage.list = stale_list  # the snapshot from before batch 41 was written
+    storage.listing_may_lag = True
+    got = again.recover()
+    assert list(got.pending) == [41]
