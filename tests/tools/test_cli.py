@@ -206,6 +206,7 @@ def silent_host():
         srv.close()
 
 
+@pytest.mark.integration  # waits out the CLI's deadline: ~10 s of real time
 @pytest.mark.parametrize("command", ["simulate", "tail"])
 def test_a_host_that_never_answers_gives_up_within_15_s(silent_host, command):
     """Every RPC the CLI makes has a deadline: a host that accepts and never answers is named."""
