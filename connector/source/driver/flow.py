@@ -53,6 +53,12 @@ class FlowControl:
         self._reserved_unsized = 0
         self._recent_max: deque[int] = deque(maxlen=SIZE_MEMORY)
 
+    def set_pullers(self, pullers: int) -> None:
+        """Share the bounds among ``pullers`` from now on (the receiver started more)."""
+        with self._cond:
+            self._share_messages = -(-self.max_messages // max(1, pullers))
+            self._share_bytes = -(-self.max_bytes // max(1, pullers))
+
     def _estimate(self) -> int | None:
         return max(self._recent_max) if self._recent_max else None
 

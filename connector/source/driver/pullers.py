@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +29,12 @@ log = logging.getLogger("crdb_pubsub.receiver")
 
 PULL_TIMEOUT_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 5.0
-# Two Pulls in flight per subscription keep the pipe full while one waits on the network
-# (gRPC releases the GIL); measured ~1.5x one puller against the emulator while Spark runs.
+# Two Pulls in flight per subscription keep the pipe full while one waits on a local network
+# (gRPC releases the GIL); measured ~1.5x one puller against the emulator while Spark runs. More
+# where the round trip is long (.concurrency).
 PULLERS_PER_SUBSCRIPTION = 2
 IMMEDIATE_PAUSE_SECONDS = 0.25
+HELD_BACK_SECONDS = 0.001  # a wait for room in the flow control longer than this held a Pull back
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,11 @@ class Puller:
         while not self._stopping.is_set():
             if not self._receiver.wait_until_pulling(self._sub):
                 continue
+            asked = time.monotonic()
             reservation = self._flow.reserve(self._stopping)
             if reservation is None:
                 return
+            held_back = time.monotonic() - asked > HELD_BACK_SECONDS
             try:
                 response, sent = self._pull(reservation.messages)
             except Exception as exc:  # noqa: BLE001 - classified below
@@ -92,7 +97,10 @@ class Puller:
                 continue
             backoff.reset()
             self._receiver.note_available()
-            self._receiver.accept(self._sub, response, reservation, self._index, sent)
+            assert sent is not None
+            answered = self._receiver.now()
+            n = self._receiver.accept(self._sub, response, reservation, self._index, sent)
+            self._receiver.observed(self._sub, answered - sent.at, self._receiver.now() - answered, n, held_back)
 
     def _pull(self, max_messages: int) -> tuple[Any, Sent | None]:
         """One answer and when its Pull was sent; ``(None, None)`` when both Pulls timed out."""

@@ -41,6 +41,7 @@ from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..transport import AckResult, Rpc
 from ..wire import body_lengths, largest_body, pulled_batch
+from .concurrency import Concurrency
 from .flow import FlowControl, Reservation
 from .pullers import PULLERS_PER_SUBSCRIPTION, Puller, Sent
 
@@ -53,7 +54,8 @@ class Receiver:
     """Pull-based receiver for one or more subscriptions.
 
     ``_cond``'s lock guards the held index (``_held``), the buffer, the AvailableNow ``_later``
-    chunks, the evidence of drained subscriptions (``_drain``), the error state,
+    chunks, the evidence of drained subscriptions (``_drain``), the pullers and how many each
+    subscription wants (``_pullers``, ``_concurrency``), the error state,
     and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
     order: ``_cond``, then the flow control's, the leaser's or the remembered ids' lock (each a
     leaf); never the other way round.
@@ -79,6 +81,7 @@ class Receiver:
         self._clock = clock
         self.counters = counters or Counters()
         self.flow = FlowControl(max_messages, max_bytes, pullers=len(self._subs) * PULLERS_PER_SUBSCRIPTION)
+        self._concurrency = {s: Concurrency(PULLERS_PER_SUBSCRIPTION, clock()) for s in self._subs}
         self.remembered = Remembered(on_evicted=lambda n: self.counters.add("rememberedEvicted", n), clock=clock)
         self.acker = Acker(rpc)
         self.acks: Acknowledgements | None = None  # once the subscriptions are open
@@ -88,7 +91,7 @@ class Receiver:
             max_lease_seconds=max_lease_seconds,
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
-            on_released=self._nack,
+            on_released=self._on_released,
             clock=clock,
         )
         self._stopping = threading.Event()
@@ -171,7 +174,9 @@ class Receiver:
             self._cond.notify_all()
         renewing = not self.leaser.stop(timeout=min(1.0, within))
         # Keep a second of the budget for the hand-back itself.
-        for p in self._pullers:
+        with self._cond:
+            pullers = list(self._pullers)
+        for p in pullers:
             p.thread.join(max(0.0, end - 1.0 - self._clock()))
         failed: list[int] = []  # hand-backs Pub/Sub refused, in part
         if hand_back:
@@ -182,7 +187,7 @@ class Receiver:
         self.acker.stop()
         with self._cond:
             still_held = bool(self._live)
-        if renewing or any(p.thread.is_alive() for p in self._pullers) or not flushed or any(failed) or still_held:
+        if renewing or any(p.thread.is_alive() for p in pullers) or not flushed or any(failed) or still_held:
             return float("inf")
         now, wall = self._clock(), time.time()
         with self._cond:
@@ -263,8 +268,8 @@ class Receiver:
 
     def accept(
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
-    ) -> None:
-        """Sort one Pull response's messages and hold the new ones.
+    ) -> int:
+        """Sort one Pull response's messages and hold the new ones; return how many it brought.
 
         ``puller``: its slot; ``sent``: when its Pull was sent.
         """
@@ -277,7 +282,7 @@ class Receiver:
         if not mids:
             self.flow.cancel(reservation)
             self._answer(sub, puller, sent, None)
-            return
+            return 0
         if self._stopping.is_set():
             self.flow.cancel(reservation)
             try:
@@ -288,7 +293,7 @@ class Receiver:
                 log.warning("handing back %d message(s) of %s pulled while stopping failed: %s", len(ack_ids), sub, exc)
                 with self._cond:
                     self._drain.leased_at(sub, now)
-            return
+            return 0
         refreshed: list[Chunk] = []
         again = 0  # deliveries of a message held (or twice in this response)
         dropped: list[str] = []
@@ -351,6 +356,37 @@ class Receiver:
             self.leaser.extend(new + list(dict.fromkeys(refreshed)), self._lease_seconds)
         if dropped:
             self.acker.submit(Job(ACK, sub, dropped))
+        return len(mids)
+
+    def now(self) -> float:
+        """Return the time on the receiver's clock (monotonic unless injected)."""
+        return self._clock()
+
+    def observed(self, sub: str, latency: float, service: float, messages: int, held_back: bool) -> None:
+        """Learn from one answer of ``sub`` how many Pulls to keep in flight (:mod:`.concurrency`).
+
+        ``latency``: its round trip; ``service``: the time :meth:`accept` took; ``held_back``: its
+        puller waited for room in the flow control first.
+        """
+        with self._cond:
+            c = self._concurrency[sub]
+            before = c.pullers
+            wanted = c.answered(self._clock(), latency, service, messages, held_back)
+            if wanted <= before or self._stopping.is_set():
+                return
+            new = [Puller(self, self._rpc, self.flow, sub, i, self._stopping) for i in range(before, wanted)]
+            self.flow.set_pullers(sum(x.pullers for x in self._concurrency.values()))
+            for p in new:  # started under the lock: shutdown joins every puller it lists
+                p.start()
+            self._pullers.extend(new)
+            shortest = c.round_trip()
+        log.info(
+            "pulling %s with %d Pulls in flight (round trip %.1f ms, %.2f ms of sorting an answer)",
+            sub,
+            wanted,
+            1000 * shortest,
+            1000 * service,
+        )
 
     def _split_by_scope(
         self, sub: str, batch: pa.RecordBatch, mids: list[str], acks: list[str], now: float, proven: float
@@ -504,9 +540,16 @@ class Receiver:
             self._later = [c for c in self._later if c.state != DONE]
             self._cond.notify_all()
         waiting = self.leaser.discard(live, handing_back=handing_back)
-        m, b = total(live)
+        # Held until handed back: a chunk whose hand-back waits for a renewal still counts.
+        m, b = total(set(live) - set(waiting)) if waiting else total(live)
         self.flow.release(m, b)
         return live, waiting
+
+    def _on_released(self, chunks: list[Chunk]) -> None:
+        # The renewal these waited for landed: hand them back now, and only now free their room.
+        self._nack(chunks)
+        m, b = total(chunks)
+        self.flow.release(m, b)
 
     def _hand_back(
         self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
@@ -593,7 +636,7 @@ class Receiver:
             self._cond.notify_all()
 
     def _quiet(self, sub: str, cutoff_us: int, since: float) -> bool:
-        return self._drain.quiet(sub, range(PULLERS_PER_SUBSCRIPTION), cutoff_us, since)
+        return self._drain.quiet(sub, range(self._concurrency[sub].pullers), cutoff_us, since)
 
     # Predicates for :meth:`wait`, evaluated with the lock held.
 

@@ -252,3 +252,49 @@ def test_a_hand_back_that_failed_is_reported_as_a_lease_the_next_run_waits_out()
         assert leased_until >= before + 59, f"reported leased until {leased_until - before:.1f} s from now"
     finally:
         r.shutdown(hand_back=False, within=1)
+
+
+def test_a_hand_back_waiting_for_a_renewal_keeps_its_room_until_sent():
+    """A chunk handed back while its renewal is in flight is handed back once the renewal landed
+    (see tests/source/pubsub/test_leaser.py); until then it is still held, and counts against
+    maxOutstandingMessages (found by the simulation, seed 350 of driver/posix on 7772b89: its room
+    was freed at once, and the receiver held 18 with a bound of 15)."""
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    renewing, answer = threading.Event(), threading.Event()
+    calls: list[tuple[int, list[str]]] = []
+
+    class _Info60:
+        ack_deadline_seconds = 60  # no extension at once on receipt
+
+    class _SlowRenewals(_AnsweringRpc):
+        def get_subscription(self, subscription):
+            return _Info60()
+
+        def modify_ack_deadline(self, subscription, ack_ids, seconds, *, total=None):
+            calls.append((seconds, list(ack_ids)))
+            if seconds:
+                renewing.set()
+                answer.wait(5)
+            return _ok(ack_ids)
+
+    r = Receiver(_SlowRenewals(), ["s"], lease_seconds=60, max_lease_seconds=600, max_messages=1000, max_bytes=1 << 30)
+    r.start()
+    try:
+        r.set_cutoff(1_600_000_000 * 10**6)  # both are published after it: held apart, handed back
+        r.accept("s", _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(2)]), Reservation(2, 0))
+        later = list(r._later)
+        t = threading.Thread(target=r.leaser.extend, args=(later, 60))
+        t.start()
+        assert renewing.wait(5)
+        assert r.hand_back_later() == 2
+        assert r.flow.held_messages == 2, "its room was freed before it was handed back"
+        assert [s for s, _ in calls] == [60]  # no hand-back overtaking the renewal
+        answer.set()
+        t.join(5)
+        assert r.acker.flush(5)
+        assert [s for s, _ in calls] == [60, 0]
+        assert r.flow.held_messages == 0
+    finally:
+        answer.set()
+        r.shutdown(hand_back=False, within=1)

@@ -1,0 +1,96 @@
+"""How many Pulls of one subscription to keep in flight: Little's law, with each step measured.
+
+A puller spends each Pull waiting on the network (the round trip, ``W``) and then its share of
+the driver's CPU sorting the answer (``S``). With ``c`` Pulls in flight a subscription brings
+``c x answer / W`` messages a second until the CPU, not the network, is what they wait for: at
+``c = W / S``. Locally ``W`` is about ``S`` and two pullers (:data:`~.pullers.PULLERS_PER_SUBSCRIPTION`)
+are enough; against the service, 25 ms away, with answers of a few hundred messages, ``W / S`` is
+in the tens.
+
+So a subscription starts with two pullers and doubles them while three things hold:
+
+* ``W / S`` says more would help: ``W`` is the shortest time a Pull that found messages waiting
+  took (of the last :data:`LATENCY_MEMORY`), so time spent waiting for messages to be published
+  never counts as network;
+* the last doubling paid: over a window of at least :data:`WINDOW_SECONDS` and
+  :data:`WINDOW_ANSWERS` answers, the subscription brought :data:`GAIN` times what it brought
+  before (a server whose own CPU is the bottleneck, like the emulator on the same machine, shows
+  no gain, and the doubling stops there);
+* the flow control did not hold a puller back during that window (a full window is Spark's pace,
+  not the network's: such a window is not judged).
+
+Never more than :data:`MOST` a subscription, and it never shrinks while the query runs: a puller
+is one thread and one Pull in flight, and an AvailableNow run counts on every puller's answers.
+Not thread-safe: the receiver's lock guards it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+MOST = 16  # 16 x 300 messages / 25 ms: ~190,000 messages a second, well above what one driver sorts
+LATENCY_MEMORY = 32
+WINDOW_SECONDS = 1.0
+WINDOW_ANSWERS = 20
+GAIN = 1.15
+SERVICE_FLOOR_SECONDS = 1e-4
+
+
+class Concurrency:
+    """The number of pullers one subscription wants; :meth:`answered` learns from each answer."""
+
+    def __init__(self, start: int, now: float) -> None:
+        self.pullers = start
+        self.settled = start >= MOST
+        self._latencies: deque[float] = deque(maxlen=LATENCY_MEMORY)
+        self._service = 0.0  # moving average of S, seconds an answer
+        self._window_start = now
+        self._window_messages = 0
+        self._window_answers = 0
+        self._held_back = False
+        self._before: float | None = None  # messages a second before the last doubling
+
+    def answered(self, now: float, latency: float, service: float, messages: int, held_back: bool) -> int:
+        """Learn from one answer; return the pullers wanted now.
+
+        ``latency``: its Pull's round trip; ``service``: the time spent sorting it; ``messages``:
+        what it brought; ``held_back``: its puller waited for room in the flow control first.
+        """
+        if messages:
+            self._service = service if not self._latencies else 0.8 * self._service + 0.2 * service
+            self._latencies.append(latency)
+        self._window_messages += messages
+        self._window_answers += 1
+        self._held_back = self._held_back or held_back
+        if self.settled:
+            return self.pullers
+        elapsed = now - self._window_start
+        if elapsed < WINDOW_SECONDS or self._window_answers < WINDOW_ANSWERS:
+            return self.pullers
+        rate = self._window_messages / elapsed
+        judged = not self._held_back and self._window_messages > 0
+        self._window_start, self._window_messages, self._window_answers = now, 0, 0
+        self._held_back = False
+        if not judged:
+            return self.pullers
+        if self._before is not None and rate < GAIN * self._before:
+            self.settled = True  # the last doubling did not pay: keep it, stop here
+            return self.pullers
+        if self.wanted() <= self.pullers:
+            self._before = None  # not now: a later window may show the network waits longer
+            return self.pullers
+        self._before = rate
+        self.pullers = min(MOST, 2 * self.pullers)
+        self.settled = self.pullers >= MOST
+        return self.pullers
+
+    def round_trip(self) -> float:
+        """``W``: the shortest round trip of a Pull that found messages waiting (0.0: none yet)."""
+        return min(self._latencies, default=0.0)
+
+    def wanted(self) -> int:
+        """``W / S`` rounded up: the Pulls in flight that keep the CPU, not the network, busy."""
+        if not self._latencies:
+            return self.pullers
+        return math.ceil(self.round_trip() / max(self._service, SERVICE_FLOOR_SECONDS))
