@@ -3,11 +3,34 @@
 # Re-running is cheap: the install is skipped while setup.cfg (and the pyspark pin) is unchanged.
 #   source examples/bootstrap.sh                       # .venv in the repo, pyspark as setup.cfg allows
 #   PYSPARK_VERSION=4.0.5 source examples/bootstrap.sh # a cached venv with that pyspark
-#                                                      # ($CRDB_PUBSUB_CACHE, default ~/.cache/crdb-pubsub)
+#                                                      # ($CRDB_PUBSUB_CACHE, default ~/.cache/crdb-pubsub),
+#                                                      # named by both versions: venv-pyspark-4.0.5-py3.11
+#   PYSPARK_VERSION=4.0.0 CRDB_PUBSUB_PYTHON_VERSION=3.12 source examples/bootstrap.sh
+#                                                      # ... built with python3.12 (Serverless runtime 3.0's)
+# The interpreter: $PYTHON (a path or command), else python$CRDB_PUBSUB_PYTHON_VERSION (on PATH, else
+# pyenv's newest installed X.Y.*), else python3. A Python asked for by version that can't be run
+# fails in one line, never falls back to another.
 # Sets PY to the venv's python.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON_BIN="${PYTHON:-python3}"
+if [ -n "${PYTHON:-}" ] || [ -z "${CRDB_PUBSUB_PYTHON_VERSION:-}" ]; then
+  PYTHON_BIN="${PYTHON:-python3}"
+else
+  want_py="$CRDB_PUBSUB_PYTHON_VERSION"
+  PYTHON_BIN=""
+  # A pyenv shim for python3.12 is on PATH even when 3.12 is not the active version, and then fails
+  # when run: try running it, then pyenv's own copies.
+  for cand in "python$want_py" $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$want_py".*/bin/"python$want_py" 2>/dev/null | sort -V -r); do
+    if "$cand" -c "import sys; sys.exit(f'{sys.version_info[0]}.{sys.version_info[1]}' != '$want_py')" >/dev/null 2>&1; then
+      PYTHON_BIN="$(command -v "$cand")"
+      break
+    fi
+  done
+  if [ -z "$PYTHON_BIN" ]; then
+    echo "crdb-pubsub: Python $want_py was asked for (CRDB_PUBSUB_PYTHON_VERSION / --python) and none runs here: install it (e.g. pyenv install $want_py) or set PYTHON=/path/to/python$want_py" >&2
+    exit 1
+  fi
+fi
 
 "$PYTHON_BIN" - <<'PYCHECK'
 import sys
@@ -20,7 +43,8 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 
 if [ -n "${PYSPARK_VERSION:-}" ]; then
-  VENV="${CRDB_PUBSUB_CACHE:-$HOME/.cache/crdb-pubsub}/venv-pyspark-$PYSPARK_VERSION"
+  py_xy="$("$PYTHON_BIN" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+  VENV="${CRDB_PUBSUB_CACHE:-$HOME/.cache/crdb-pubsub}/venv-pyspark-$PYSPARK_VERSION-py$py_xy"
   EXTRA=("pyspark==$PYSPARK_VERSION")
 else
   VENV="$ROOT/.venv"

@@ -7,6 +7,9 @@
 #   bash tests/run.sh -k decoding              # extra arguments go to pytest
 #   bash tests/run.sh --pyspark 4.0.5          # the smoke run (tests/versions) on another Spark,
 #                                              # in its own cached venv
+#   bash tests/run.sh --pyspark 4.0.0 --python 3.12
+#                                              # ... on another Python too (Serverless runtime 3.0's
+#                                              # pair); fails in one line if python3.12 can't be run
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARGS=()
@@ -20,10 +23,17 @@ if [ "${1:-}" = "--fast" ]; then
 elif [ "${1:-}" = "--pyspark" ]; then
   export PYSPARK_VERSION="$2"
   shift 2
+  if [ "${1:-}" = "--python" ]; then
+    export CRDB_PUBSUB_PYTHON_VERSION="$2"
+    shift 2
+  fi
   export CRDB_PUBSUB_SMOKE=1
   ARGS=(tests/versions)
+elif [ "${1:-}" = "--python" ]; then
+  echo "tests/run.sh: --python goes with the smoke run, after it: --pyspark VERSION --python X.Y" >&2
+  exit 2
 fi
 source "$ROOT/examples/bootstrap.sh"
 cd "$ROOT"
-echo "==> pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)')"
+echo "==> pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)') on Python $("$PY" -c 'import platform; print(platform.python_version())')"
 exec "$PY" -m pytest -ra "${ARGS[@]}" "$@"
