@@ -200,3 +200,11 @@ def drawn_driver_posix_902(seed: int = 902) -> Scenario:
     with PERMANENT_FAILURE_INVALID_ACK_ID, and each refusal cast a lease-long shadow, so no answer
     ever counted as evidence. An ack id refused for good holds no lease."""
     return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_executors_gs_537(seed: int = 537) -> Scenario:
+    """On 5213877 (a regression of 7772b89): receiver=executors held 50 messages with a bound of 40.
+    Later messages whose hand-back waited for a renewal in flight no longer counted as held, so
+    the next batch was planned with their room."""
+    return draw(seed, "executors", "gs")

@@ -105,6 +105,8 @@ class ExecutorsMode:
         self._plans: dict[int, Plan] = {}  # uncommitted batches
         self._slices: dict[tuple[int, int], _Slice] = {}  # uncommitted batches' slices seen so far
         self._later: list[Chunk] = []  # AvailableNow: committed batches' later rows, held until the run ends
+        # Handed back once a renewal in flight landed (see Leaser.discard): held until then.
+        self._returning: dict[Chunk, None] = {}
         self._committed = -1
         self._evidence: tuple[int, bool] = (-1, False)  # (newest committed batch, its drain evidence)
         self._cutoff_us: int | None = None
@@ -169,7 +171,7 @@ class ExecutorsMode:
             max_lease_seconds=opts.maxLeaseDurationSeconds,
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
-            on_released=self._nack,
+            on_released=self._on_released,
         )
         now = time.monotonic()
         for sub, mids, expires_in in recovered.remembered:
@@ -391,7 +393,7 @@ class ExecutorsMode:
             flushed = self._acker.flush(max(0.0, end - time.monotonic()))
             self._acker.stop()
         with self._lock:
-            held = bool(self._slices) or bool(self._later)
+            held = bool(self._slices) or bool(self._later) or bool(self._returning)
             shadow = self._drain.latest_shadow()
         if held or not flushed or renewing:
             return float("inf")
@@ -553,6 +555,7 @@ class ExecutorsMode:
         bound = self._opts.maxOutstandingMessages
         with self._lock:
             later = sum(len(c) for c in self._later) + sum(len(c) for s in self._slices.values() for c in s.later)
+            later += sum(len(c) for c in self._returning)
         if later * 2 >= bound:
             n = self._hand_back_later()
             if n and not self._warned_later:
@@ -563,7 +566,8 @@ class ExecutorsMode:
                     "attempt each) to make room. Raise the bound to avoid it",
                     n,
                 )
-            later = 0
+            with self._lock:
+                later = sum(len(c) for c in self._returning)
         return max(1, min(max_messages, bound - later))
 
     def _hand_back_later(self) -> int:
@@ -589,10 +593,20 @@ class ExecutorsMode:
         for c in chunks:
             c.state = DONE
         waiting = set(self._leaser.discard(chunks, handing_back=True))
+        if waiting:
+            with self._lock:
+                self._returning.update(dict.fromkeys(waiting))
         self._nack([c for c in chunks if c not in waiting])  # the others when their renewal landed
         n = sum(len(c) for c in chunks)
         self.counters.add("handedBack", n)
         return n
+
+    def _on_released(self, chunks: list[Chunk]) -> None:
+        # The renewal these waited for landed: hand them back now; only now are they not held.
+        self._nack(chunks)
+        with self._lock:
+            for c in chunks:
+                self._returning.pop(c, None)
 
     def _nack(self, chunks: list[Chunk]) -> None:
         assert self._acker is not None and self._leaser is not None
