@@ -63,6 +63,6 @@ def _missing(path: str, name: str) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("path, name", _targets())
+@pytest.mark.parametrize("path, name", list(_targets()))
 def test_the_public_api_says_what_it_does(path, name):
     assert not _missing(path, name), f"{path}: no docstring on {', '.join(_missing(path, name))}"
