@@ -203,9 +203,7 @@ class Leaser:
                 )
         for i, (sub, chunks) in enumerate(due.items()):
             if self._stop.is_set():
-                returned = self._landed([c for cs in list(due.values())[i:] for c in cs])
-                if returned:
-                    self._on_released(returned)
+                self._landed([c for cs in list(due.values())[i:] for c in cs])
                 return next_due
             self._send(sub, chunks, self._lease_seconds, counted=True)
         return next_due
@@ -221,8 +219,8 @@ class Leaser:
                 return False
             time.sleep(0.01)
 
-    def _landed(self, chunks: list[Chunk]) -> list[Chunk]:
-        """Note that the renewal of ``chunks`` ended; return those handed back meanwhile."""
+    def _landed(self, chunks: list[Chunk]) -> None:
+        """Note that the renewal of ``chunks`` ended; give back (``on_released``) those handed back meanwhile."""
         with self._lock:
             returned = [c for c in chunks if c in self._returned]
             for c in chunks:
@@ -230,7 +228,8 @@ class Leaser:
                 if not self._flying[c]:
                     del self._flying[c]
                     self._returned.discard(c)
-        return returned
+        if returned:  # outside the lock: the owner takes its own
+            self._on_released(returned)
 
     def _send(self, sub: str, chunks: list[Chunk], seconds: int, *, counted: bool = False) -> None:
         """Renew ``chunks`` (``counted``: already noted in flight by the round that chose them)."""
@@ -240,18 +239,14 @@ class Leaser:
                     self._flying[c] = self._flying.get(c, 0) + 1
         ids = [a for c in chunks for a in c.fresh_ack_ids()]
         if not ids:
-            returned = self._landed(chunks)
-            if returned:
-                self._on_released(returned)
+            self._landed(chunks)
             return
         sent = self._clock()
         try:
             result = self._renew(sub, ids, seconds)
         finally:
             answered = self._clock()
-            returned = self._landed(chunks)
-        if returned:
-            self._on_released(returned)
+            self._landed(chunks)
         failed = result.failed
         extended = 0
         with self._lock:
