@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..pubsub.concurrency import START
 from ..transport import Backoff, Rpc, is_transient
 from .flow import FlowControl
 
@@ -29,10 +30,8 @@ log = logging.getLogger("crdb_pubsub.receiver")
 
 PULL_TIMEOUT_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 5.0
-# Two Pulls in flight per subscription keep the pipe full while one waits on a local network
-# (gRPC releases the GIL); measured ~1.5x one puller against the emulator while Spark runs. More
-# where the round trip is long (.concurrency).
-PULLERS_PER_SUBSCRIPTION = 2
+# At first; more where the round trip is long (..pubsub.concurrency).
+PULLERS_PER_SUBSCRIPTION = START
 IMMEDIATE_PAUSE_SECONDS = 0.25
 HELD_BACK_SECONDS = 0.001  # a wait for room in the flow control longer than this held a Pull back
 

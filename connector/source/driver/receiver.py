@@ -35,13 +35,13 @@ from ..metrics import Counters
 from ..pubsub.acker import ACK, NACK, Acker, Job
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements, Answered
 from ..pubsub.chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
+from ..pubsub.concurrency import Concurrency
 from ..pubsub.drained import Answer, Drain
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..transport import AckResult, Rpc
 from ..wire import body_lengths, largest_body, pulled_batch
-from .concurrency import Concurrency
 from .flow import FlowControl, Reservation
 from .pullers import PULLERS_PER_SUBSCRIPTION, Puller, Sent
 
@@ -363,7 +363,7 @@ class Receiver:
         return self._clock()
 
     def observed(self, sub: str, latency: float, service: float, messages: int, held_back: bool) -> None:
-        """Learn from one answer of ``sub`` how many Pulls to keep in flight (:mod:`.concurrency`).
+        """Learn from one answer of ``sub`` how many Pulls to keep in flight (:mod:`..pubsub.concurrency`).
 
         ``latency``: its round trip; ``service``: the time :meth:`accept` took; ``held_back``: its
         puller waited for room in the flow control first.

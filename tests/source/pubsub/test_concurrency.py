@@ -1,8 +1,8 @@
-"""How many Pulls a subscription keeps in flight (driver/concurrency.py), on answers made up here."""
+"""How many Pulls a subscription keeps in flight (pubsub/concurrency.py), on answers made up here."""
 
 from __future__ import annotations
 
-from crdb_pubsub.source.driver.concurrency import MOST, Concurrency
+from crdb_pubsub.source.pubsub.concurrency import MOST, Concurrency
 
 
 def _run(
