@@ -34,7 +34,7 @@ from .columns import spread
 from .envelopes import Bad, Context, Row, decode_body, registry
 from .inference import schema_from_enriched
 from .passes import merged
-from .schema import COLUMN_NAMES, arrow_schema
+from .schema import COLUMN_NAMES, arrow_schema, output_columns
 from .vocabulary import ENVELOPES, MODES
 
 __all__ = ["ENVELOPES", "MODES", "DecodeStats", "MalformedMessageError", "decode_messages", "schema_from_enriched"]
@@ -245,56 +245,68 @@ def _micros(value: Any, i: int) -> int | None:
     raise TypeError(f"publish_times[{i}] must be a datetime or int microseconds, got {type(value).__name__}")
 
 
-def _metadata(n: int, message_ids: Any, publish_times: Any, attributes: Any, ordering_keys: Any) -> dict[str, pa.Array]:  # fmt: skip
-    ts_type = pa.timestamp("us", tz="UTC")
-    map_type = pa.map_(pa.string(), pa.string())
-    out: dict[str, pa.Array] = {}
+_TS = pa.timestamp("us", tz="UTC")
+_MAP = pa.map_(pa.string(), pa.string())
+
+
+def _message_id(n: int, message_ids: Any) -> pa.Array:
     if message_ids is None:
-        out["message_id"] = pa.nulls(n, pa.string())
-    elif isinstance(message_ids, pa.Array):
-        out["message_id"] = message_ids.cast(pa.string())
-    else:
-        out["message_id"] = pa.array(message_ids, pa.string())
+        return pa.nulls(n, pa.string())
+    if isinstance(message_ids, pa.Array):
+        return message_ids.cast(pa.string())
+    return pa.array(message_ids, pa.string())
+
+
+def _publish_time(n: int, publish_times: Any) -> pa.Array:
     if publish_times is None:
-        out["publish_time"] = pa.nulls(n, ts_type)
-    elif isinstance(publish_times, pa.Array) and pa.types.is_integer(publish_times.type):
-        out["publish_time"] = publish_times.cast(pa.int64()).cast(ts_type)  # epoch microseconds
-    elif isinstance(publish_times, pa.Array) and pa.types.is_timestamp(publish_times.type):
-        out["publish_time"] = publish_times.cast(ts_type)
-    else:
-        publish_times = publish_times.to_pylist() if isinstance(publish_times, pa.Array) else publish_times
-        try:  # the streaming source passes int microseconds: convert them in one call
-            micros = pa.array(publish_times, pa.int64())
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            micros = pa.array([_micros(v, i) for i, v in enumerate(publish_times)], pa.int64())
-        out["publish_time"] = micros.cast(ts_type)
+        return pa.nulls(n, _TS)
+    if isinstance(publish_times, pa.Array) and pa.types.is_integer(publish_times.type):
+        return publish_times.cast(pa.int64()).cast(_TS)  # epoch microseconds
+    if isinstance(publish_times, pa.Array) and pa.types.is_timestamp(publish_times.type):
+        return publish_times.cast(_TS)
+    publish_times = publish_times.to_pylist() if isinstance(publish_times, pa.Array) else publish_times
+    try:  # the streaming source passes int microseconds: convert them in one call
+        micros = pa.array(publish_times, pa.int64())
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        micros = pa.array([_micros(v, i) for i, v in enumerate(publish_times)], pa.int64())
+    return micros.cast(_TS)
+
+
+def _attributes(n: int, attributes: Any) -> pa.Array:
     if attributes is None:
-        out["attributes"] = pa.nulls(n, map_type)
-    elif isinstance(attributes, pa.Array):
-        out["attributes"] = attributes.cast(map_type)
-    elif not any(attributes):
+        return pa.nulls(n, _MAP)
+    if isinstance(attributes, pa.Array):
+        return attributes.cast(_MAP)
+    if not any(attributes):
         # CockroachDB sets no attributes by default: build the empty maps without per-item work.
         mask = None
         if attributes.count(None):
             mask = pa.array(np.fromiter((a is None for a in attributes), dtype=bool, count=n))
-        out["attributes"] = pa.MapArray.from_arrays(
+        return pa.MapArray.from_arrays(
             pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()), pa.array([], pa.string()),
             mask=mask,
         )  # fmt: skip
-    else:
-        out["attributes"] = pa.array([None if a is None else list(a.items()) for a in attributes], map_type)
+    return pa.array([None if a is None else list(a.items()) for a in attributes], _MAP)
+
+
+def _ordering_key(n: int, ordering_keys: Any) -> pa.Array:
     if ordering_keys is None or (
         isinstance(ordering_keys, list) and ordering_keys.count("") + ordering_keys.count(None) == n
     ):
-        out["ordering_key"] = pa.nulls(n, pa.string())  # (CockroachDB sets none: "" and None are both null)
-    else:
-        arr = (
-            ordering_keys.cast(pa.string())
-            if isinstance(ordering_keys, pa.Array)
-            else pa.array(ordering_keys, pa.string())
-        )
-        out["ordering_key"] = pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
-    return out
+        return pa.nulls(n, pa.string())  # (CockroachDB sets none: "" and None are both null)
+    arr = (
+        ordering_keys.cast(pa.string()) if isinstance(ordering_keys, pa.Array) else pa.array(ordering_keys, pa.string())
+    )
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+_META = {"message_id": _message_id, "publish_time": _publish_time, "attributes": _attributes,
+         "ordering_key": _ordering_key}  # fmt: skip
+
+
+def _metadata(n: int, given: Mapping[str, Any], names: Iterable[str]) -> dict[str, pa.Array]:
+    """Return the Pub/Sub metadata columns among ``names``, from the ``given`` values (by column name)."""
+    return {name: make(n, given[name]) for name, make in _META.items() if name in names}
 
 
 # -- the fast paths --------------------------------------------------------------------------------
@@ -430,11 +442,14 @@ def _item(values: list | pa.Array | None, i: int) -> Any:
     return values[i].as_py() if isinstance(values, pa.Array) else values[i]
 
 
-def _assemble(parts: list, schema: pa.Schema) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    """Return the parts' columns as one set, rows in message order, and each row's message index."""
+# The columns the paths make from the bodies (the rest are the metadata and ``data``).
+_BODY_COLUMNS = ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated", "mvcc_timestamp",
+                 "commit_time", "resolved", "source", "error")  # fmt: skip
+
+
+def _assemble(parts: list, schema: pa.Schema, names: Sequence[str]) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """Return the parts' columns ``names`` as one set, rows in message order, and each row's message index."""
     row_msg = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-    names = ("kind", "envelope", "topic", "table_name", "key", "op", "before", "after", "updated", "mvcc_timestamp",
-             "commit_time", "resolved", "source", "error")  # fmt: skip
     if len(parts) <= 1:
         return row_msg, {name: parts[0][1][name] if parts else pa.array([], schema.field(name).type) for name in names}
     # Rows come out in message order: the parts' rows are interleaved back with a stable sort.
@@ -477,6 +492,7 @@ def decode_messages(
     attributes: Sequence[Mapping[str, str] | None] | None = None,
     ordering_keys: Sequence[str] | None = None,
     stats: DecodeStats | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
     """Decode Pub/Sub message bodies of CockroachDB (or Debezium) changefeeds into change rows.
 
@@ -502,22 +518,30 @@ def decode_messages(
         datetimes or int epoch microseconds; an ``ordering_key`` of ``""`` becomes null.
     stats : DecodeStats, optional
         Counters this call adds to.
+    columns : sequence of str, optional
+        The output columns, in this order (default: all 19). Only these are built: the metadata,
+        ``data`` and the row images' assembly cost nothing when left out. Which messages are
+        malformed does not change (every value a path reads is still checked).
 
     Returns
     -------
     pyarrow.RecordBatch
         Rows in message order (a webhook batch gives one row per event), with exactly
-        ``arrow_schema(row_schema)`` as its schema.
+        ``arrow_schema(row_schema, columns)`` as its schema.
 
     Raises
     ------
     ValueError
-        Bad ``envelope``/``mode``/``row_schema``, misaligned metadata, ``envelope="csv"`` without
-        ``row_schema``, or (FAILFAST) :class:`MalformedMessageError`. Never for any message bytes
-        in the other modes.
+        Bad ``envelope``/``mode``/``row_schema``/``columns``, misaligned metadata,
+        ``envelope="csv"`` without ``row_schema``, or (FAILFAST) :class:`MalformedMessageError`.
+        Never for any message bytes in the other modes.
     """
     envelope = _choice("envelope", envelope, ENVELOPES, upper=False)
     mode = _choice("mode", mode, MODES, upper=True)
+    try:
+        names = output_columns(columns)
+    except ValueError as exc:
+        raise ValueError(f"columns {exc}; accepted: {', '.join(COLUMN_NAMES)}") from None
     struct, schema = _resolve_schema(row_schema)
     if envelope == "csv" and struct is None:
         raise ValueError('envelope="csv" needs row_schema: CSV bodies carry no column names')
@@ -553,32 +577,45 @@ def decode_messages(
     slow_rows, slow_err, malformed = _general_part(
         body_list, slow_indices, ctx, typed, schema, mode, message_ids, parts
     )
-    row_msg, columns = _assemble(parts, schema)
+    # What the named columns are made from: a tombstone's key comes from its metadata, and
+    # ``data`` is filled on the malformed rows, found by their kind.
+    need = set(names)
+    tombstones = "key" in need and any(r.kind == "tombstone" for r in slow_rows)
+    if tombstones:
+        need |= {"kind", "attributes", "ordering_key"}
+    any_malformed = any(e is not None for e in slow_err)
+    if "data" in need and any_malformed:
+        need.add("kind")
+    row_msg, out = _assemble(parts, schema, [name for name in _BODY_COLUMNS if name in need])
     row_count = len(row_msg)
 
-    meta = _metadata(n, message_ids, publish_times, attributes, ordering_keys)
+    given = {"message_id": message_ids, "publish_time": publish_times, "attributes": attributes,
+             "ordering_key": ordering_keys}  # fmt: skip
+    meta = _metadata(n, given, need)
     identity = row_count == n and (n == 0 or (row_msg[0] == 0 and row_msg[-1] == n - 1))
     msg_taker = None if identity else pa.array(row_msg)
-    columns["table_name"] = _table_name_attribute(columns["table_name"], attributes, msg_taker)
+    if "table_name" in need:
+        out["table_name"] = _table_name_attribute(out["table_name"], attributes, msg_taker)
     for name, arr in meta.items():
-        columns[name] = arr if msg_taker is None else arr.take(msg_taker)
+        out[name] = arr if msg_taker is None else arr.take(msg_taker)
 
-    if slow_rows and any(r.kind == "tombstone" for r in slow_rows):
-        columns["key"] = _tombstone_keys(columns)
+    if tombstones:
+        out["key"] = _tombstone_keys(out)
 
-    is_malformed = None
-    if slow_rows and any(e is not None for e in slow_err):
-        is_malformed = pc.equal(columns["kind"], "malformed")
-    if include_raw or is_malformed is not None:
-        data = pa.array(body_list, pa.binary())
-        data = data if msg_taker is None else data.take(msg_taker)
-        if not include_raw:
-            data = pc.if_else(is_malformed, data, pa.scalar(None, pa.binary()))
-        columns["data"] = data
-    else:
-        columns["data"] = pa.nulls(row_count, pa.binary())
+    if "data" in need:
+        if include_raw or any_malformed:
+            data = pa.array(body_list, pa.binary())
+            data = data if msg_taker is None else data.take(msg_taker)
+            if not include_raw:
+                data = pc.if_else(pc.equal(out["kind"], "malformed"), data, pa.scalar(None, pa.binary()))
+            out["data"] = data
+        else:
+            out["data"] = pa.nulls(row_count, pa.binary())
 
-    batch = pa.RecordBatch.from_arrays([columns[name] for name in COLUMN_NAMES], schema=schema)
+    if names != COLUMN_NAMES:
+        # The fields of the full schema, as Spark's worker converts a pruned one: field by field.
+        schema = pa.schema([schema.field(name) for name in names])
+    batch = pa.RecordBatch.from_arrays([out[name] for name in names], schema=schema)
     if stats is not None:
         stats.messages += n
         stats.rows += row_count

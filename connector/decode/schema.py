@@ -9,6 +9,8 @@ order), which is why the Arrow schema is derived from the Spark one rather than 
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -42,10 +44,36 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in COLUMNS)
 
 
-def spark_schema(row_schema: StructType | None = None) -> StructType:
+def output_columns(names: Iterable[str] | None) -> tuple[str, ...]:
+    """Return ``names`` checked as output columns (case-insensitive, in the order given); all of them for None.
+
+    Raises ``ValueError`` saying what is wrong (no name, an empty or unknown name, one named
+    twice); the caller adds which argument or option it was and :data:`COLUMN_NAMES`.
+    """
+    if names is None:
+        return COLUMN_NAMES
+    given = [str(name).strip() for name in names]
+    if not any(given):
+        raise ValueError("names no column")
+    if not all(given):
+        raise ValueError("has an empty entry in its comma-separated list")
+    out: list[str] = []
+    for name in given:
+        low = name.lower()
+        if low not in COLUMN_NAMES:
+            close = difflib.get_close_matches(low, COLUMN_NAMES, n=1, cutoff=0.6)
+            raise ValueError(f"unknown column {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        if low in out:
+            raise ValueError(f"names {low!r} twice")
+        out.append(low)
+    return tuple(out)
+
+
+def spark_schema(row_schema: StructType | None = None, columns: Sequence[str] | None = None) -> StructType:
     """Return the Spark schema of the source's DataFrame.
 
-    With ``row_schema`` the ``before`` and ``after`` columns become structs of that type.
+    With ``row_schema`` the ``before`` and ``after`` columns become structs of that type. With
+    ``columns`` (checked names, see :func:`output_columns`) only those, in that order.
     """
     from pyspark.sql.types import (
         BinaryType,
@@ -62,22 +90,22 @@ def spark_schema(row_schema: StructType | None = None) -> StructType:
         "BINARY": BinaryType(),
         "MAP<STRING, STRING>": MapType(StringType(), StringType(), True),
     }
-    fields = []
+    fields = {}
     for name, ddl, nullable in COLUMNS:
         dtype = simple[ddl]
         if row_schema is not None and name in ("before", "after"):
             dtype = row_schema
-        fields.append(StructField(name, dtype, nullable))
-    return StructType(fields)
+        fields[name] = StructField(name, dtype, nullable)
+    return StructType([fields[name] for name in (COLUMN_NAMES if columns is None else columns)])
 
 
-def arrow_schema(row_schema: StructType | None = None) -> pa.Schema:
-    """Return the Arrow schema every record batch must match.
+def arrow_schema(row_schema: StructType | None = None, columns: Sequence[str] | None = None) -> pa.Schema:
+    """Return the Arrow schema every record batch must match (of ``columns`` only, in their order, when given).
 
     Spark's data source worker builds its expectation with ``to_arrow_schema`` and compares with
     ``pa.Schema.equals``; we call the very same function the way the running Spark's worker does.
     """
-    return spark_to_arrow(spark_schema(row_schema))
+    return spark_to_arrow(spark_schema(row_schema, columns))
 
 
 def spark_to_arrow(struct: StructType) -> pa.Schema:

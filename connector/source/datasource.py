@@ -145,10 +145,14 @@ class CrdbPubSubDataSource(DataSource):
 
     @_said_plainly
     def schema(self) -> StructType:
-        """Return the change-event columns; ``after``/``before`` are structs of ``rowSchema`` when it is set."""
+        """Return the change-event columns, those ``columns`` names in its order if set.
+
+        ``after``/``before`` are structs of ``rowSchema`` when it is set.
+        """
         from ..decode.schema import spark_schema
 
-        return spark_schema(_row_struct(self.source_options))
+        options = self.source_options
+        return spark_schema(_row_struct(options), options.output_columns)
 
     def streamReader(self, schema: StructType) -> CrdbPubSubStreamReader:
         """Return the stream reader Spark drives from its driver, with the options validated at ``load()``."""
@@ -356,6 +360,8 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         if n == 0:
             return
         stats = DecodeStats()
+        options = self._options
+        columns = options.decode_columns
         # The metadata columns go to the decoder as they are: no Python object per message.
         batch = decode_messages(
             table.column("data"),
@@ -364,7 +370,8 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
             attributes=table.column("attributes"),
             ordering_keys=table.column("ordering_key"),
             stats=stats,
-            **self._options.decoder_kwargs(),
+            columns=columns,
+            **options.decoder_kwargs(),
         )
         if self._options.deadLetterTopic and stats.malformed:
             from .dead_letter import publish_malformed
@@ -377,6 +384,8 @@ class CrdbPubSubStreamReader(*_READER_BASES):  # type: ignore[misc]
         if not self._options.includeResolved and batch.num_rows:
             keep = pc.invert(pc.is_in(batch.column("kind"), value_set=_PROGRESS_KINDS()))
             batch = batch.filter(keep)
+        if len(columns) > len(options.output_columns):  # what only the source read goes before Spark sees it
+            batch = batch.select(list(options.output_columns))
         if batch.num_rows:
             yield batch
 

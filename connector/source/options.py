@@ -17,6 +17,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from ..decode.schema import COLUMN_NAMES, output_columns
 from ..decode.vocabulary import ENVELOPES, MODES
 
 _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P<sub>[^/]+)$")
@@ -126,6 +127,15 @@ class SourceOptions(BaseModel):
         json_schema_extra={"decode_as": "include_raw"},
     )
     includeResolved: bool = Field(True, description="emit `resolved`/`watermark` rows")
+    columns: str | None = Field(
+        None,
+        description="the output columns, comma-separated, in the order wanted (e.g. "
+        "`kind,table_name,key,after,mvcc_timestamp,error`): only these are built on the executors and shipped to "
+        "Spark, which does not prune a Python source's columns itself (what it saves: Performance). With "
+        "`mode=PERMISSIVE` it must name `error` (a malformed message's row says why there), with `includeRaw=true` "
+        "`data`",
+        json_schema_extra={"shown_default": "all 19"},
+    )
     maxMessagesPerTrigger: int | None = Field(
         None,
         ge=1,
@@ -230,6 +240,13 @@ class SourceOptions(BaseModel):
             base = 1024 if "i" in unit else 1000
             return int(m.group(1)) * base ** ("kmgt".index(unit[0]) + 1)
         return v
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        return ",".join(output_columns(v.split(",")))
 
     @field_validator("emulatorHost", "endpoint")
     @classmethod
@@ -350,6 +367,18 @@ class SourceOptions(BaseModel):
                 f"batchTransfer={self.batchTransfer} applies to receiver=driver (how the driver hands a batch to "
                 "the tasks); with receiver=executors the tasks pull themselves: remove batchTransfer"
             )
+        if self.columns is not None:
+            named = self.output_columns
+            if self.mode == "PERMISSIVE" and "error" not in named:
+                raise ValueError(
+                    "option 'columns' leaves out error, which mode=PERMISSIVE needs: a message that can't be decoded "
+                    "becomes a row whose only account of it is error (its kind is malformed). Add error, or set "
+                    "mode=DROPMALFORMED (dropped and counted; with deadLetterTopic, published there) or FAILFAST"
+                )
+            if self.includeRaw and "data" not in named:
+                raise ValueError(
+                    "option 'columns' leaves out data, which includeRaw=true fills: add data, or drop includeRaw"
+                )
         if self.envelope == "csv" and not self.rowSchema:
             raise ValueError("envelope=csv needs rowSchema: CSV lines carry no column names")
         return self
@@ -360,6 +389,27 @@ class SourceOptions(BaseModel):
     def effective_emulator_host(self) -> str | None:
         """``emulatorHost``, else ``PUBSUB_EMULATOR_HOST`` (read when the options are built)."""
         return self.emulatorHost or os.environ.get("PUBSUB_EMULATOR_HOST") or None
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        """The DataFrame's columns, in order: those ``columns`` names, else all of them."""
+        return COLUMN_NAMES if self.columns is None else tuple(self.columns.split(","))
+
+    @property
+    def decode_columns(self) -> tuple[str, ...]:
+        """What the executors decode: the output columns, then those the source itself reads after.
+
+        ``kind`` to leave out the progress rows (``includeResolved=false``) and the malformed ones
+        (``DROPMALFORMED`` with a dead-letter topic); the dead letters' body, id and reason.
+        """
+        out = list(self.output_columns)
+        extra = []
+        if not self.includeResolved:
+            extra.append("kind")
+        if self.deadLetterTopic:
+            extra += ["kind", "data", "message_id", "error"]
+        out += [name for name in dict.fromkeys(extra) if name not in out]
+        return tuple(out)
 
     @property
     def endpoint_description(self) -> str:
@@ -497,6 +547,8 @@ def _accepted(name: str) -> str:
         return "fetch or tasks"
     if name == "stateDir":
         return "an absolute path, file:///path or gs://bucket/prefix"
+    if name == "columns":
+        return "a comma-separated list of output columns, each once, in the order wanted, of " + ", ".join(COLUMN_NAMES)
     if field.annotation in (bool, bool | None):
         return "true or false"
     lo = hi = None
