@@ -44,7 +44,7 @@ CPU, from /proc (the figures that hold on any machine):
 Prints every rate and, last, (b)/(a). Not a test: absolute numbers are noisy here, the ratio is
 the figure.
 
-    python examples/bench_stream.py [--messages 50000] [--option key=value ...]
+    python examples/bench_stream.py [--messages 50000] [--option key=value ...] [--columns a,b,...]
 
 Where it runs: the embedded emulator, or the server at ``PUBSUB_EMULATOR_HOST`` (e.g. fastpubsub),
 or with ``--project P`` the real Pub/Sub service in project ``P`` through Application Default
@@ -395,8 +395,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the real Pub/Sub service in this project (Application Default Credentials; creates, bills, deletes)",
     )
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="extra source option")
+    ap.add_argument(
+        "--columns",
+        metavar="NAMES",
+        help="the source's columns option, e.g. kind,table_name,key,after,mvcc_timestamp,error (the default mode, "
+        "PERMISSIVE, needs error): only these are built by the workers and projected by the JVM",
+    )
     args = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in args.option)
+    if args.columns:
+        options["columns"] = args.columns
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from pyspark.sql import SparkSession
@@ -421,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         _publish(host, topic, bodies)
         print(
             f"published {len(bodies):,} messages ({sum(map(len, bodies)) / len(bodies):.0f} B avg) "
-            f"in {time.perf_counter() - t0:.1f} s to one topic with seven subscriptions"
+            f"in {time.perf_counter() - t0:.1f} s to one topic with seven subscriptions; source options {options or 'none'}"
         )
         r = s_ = None
         if not args.skip_alone:
