@@ -69,8 +69,12 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def _stat(pid: int) -> tuple[int, float, float] | None:
     """(parent pid, own CPU seconds, reaped children's CPU seconds) of ``pid`` from /proc."""
+    return _stat_path(f"/proc/{pid}/stat")
+
+
+def _stat_path(path: str) -> tuple[int, float, float] | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(path, "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
     except OSError:
         return None
@@ -95,6 +99,7 @@ class ProcCpu:
 
         self.runner_cpu: dict[int, float] = {}  # pid -> last seen CPU seconds
         self.last_jvms = (0.0, 0.0)
+        self.last_jvm_tasks = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -154,6 +159,23 @@ class ProcCpu:
             elif "pubsub" in cmd.lower():
                 emulator += own
         return spark, emulator
+
+    def jvm_task_seconds(self) -> float:
+        """CPU so far of the Spark JVM's task threads: the rows' work (Arrow batches into rows, the
+        sink), without the JVM's compiler, collector and scheduling, which grow with the wall time."""
+        total = 0.0
+        for pid, cmd, _, _ in self._procs():
+            if "java" not in cmd.split(" ", 1)[0] or not ("org.apache.spark" in cmd or "pyspark" in cmd):
+                continue
+            with contextlib.suppress(OSError):
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        if not f.read().startswith("Executor task"):
+                            continue
+                    st = _stat_path(f"/proc/{pid}/task/{tid}/stat")
+                    if st is not None:
+                        total += st[1]
+        return total
 
     def stop(self) -> None:
         self._stop.set()
@@ -357,6 +379,7 @@ def connector(
     runners_before = cpu.runners() if cpu else set()
     executors_before = cpu.executor_seconds() if cpu else 0.0
     jvms_before = cpu.jvm_seconds() if cpu else (0.0, 0.0)
+    tasks_before = cpu.jvm_task_seconds() if cpu else 0.0
     with tempfile.TemporaryDirectory(prefix="bench-stream-", ignore_cleanup_errors=True) as tmp:
         reader = spark.readStream.format("crdb_pubsub").option("subscription", sub)
         if host:
@@ -381,6 +404,7 @@ def connector(
         return elapsed, rows, batches, 0.0, 0.0
     jvms = cpu.jvm_seconds()
     cpu.last_jvms = (jvms[0] - jvms_before[0], jvms[1] - jvms_before[1])
+    cpu.last_jvm_tasks = cpu.jvm_task_seconds() - tasks_before
     time.sleep(0.2)  # a last sample of the runner before Spark reaps it has been taken
     runner = cpu.runner_seconds(cpu.runners() - runners_before)
     return elapsed, rows, batches, runner, cpu.executor_seconds() - executors_before
@@ -460,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         _, _, _, warm_drv, _ = connector(spark, host, wsub, warm_n, options, cpu)
         b, rows, batches, drv, exe = connector(spark, host, sub_b, len(bodies), options, cpu)
         spark_jvm, emulator_jvm = cpu.last_jvms
+        jvm_tasks = cpu.last_jvm_tasks
         # (c): the same backlog pulled by the tasks (receiver=executors), after its own warm-up.
         ex_options = {**options, "receiver": "executors"}
         ex_options.setdefault("numPartitions", str(os.cpu_count() or 2))
@@ -468,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         _, _, _, warm_drv_c, _ = connector(spark, host, xsub, warm_n, ex_options, cpu)
         c, rows_c, batches_c, drv_c, exe_c = connector(spark, host, sub_c, len(bodies), ex_options, cpu)
         spark_jvm_c = cpu.last_jvms[0]
+        jvm_tasks_c = cpu.last_jvm_tasks
         cpu.stop()
         spark.stop()
 
@@ -513,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "CPU per message over the warm query, by process kind: "
         + " + ".join(f"{k} {v:.1f}" for k, v in per.items())
-        + f" = {sum(per.values()):.1f} us (the JVM's includes its JIT compiler and the query's start)"
+        + f" = {sum(per.values()):.1f} us (the JVM's includes its JIT compiler and the query's start; of it "
+        f"its task threads {jvm_tasks / max(1, rows) * 1e6:.1f} us)"
     )
     rate_c = rows_c / c
     print(
@@ -524,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         f"    (c) driver CPU per message: {(drv_c - warm_drv_c) / max(1, rows_c - warm_n) * 1e6:.1f} us  (runner "
         f"{drv_c:.2f} s minus its start-up as the warm-up query's {warm_drv_c:.2f} s); executor CPU per message: "
         f"{exe_c / max(1, rows_c) * 1e6:.1f} us  (pull + record + decode in the tasks); Spark JVM "
-        f"{spark_jvm_c / max(1, rows_c) * 1e6:.1f} us"
+        f"{spark_jvm_c / max(1, rows_c) * 1e6:.1f} us (its task threads {jvm_tasks_c / max(1, rows_c) * 1e6:.1f} us)"
     )
     print(
         f"against (a'), the emulator's ceiling for any consumer that holds messages until a commit: (a')/(a) = "
