@@ -6,10 +6,18 @@ acknowledge it, and a retry of the task replays it. The task stops pulling when 
 trigger's limits is full, when a Pull brings nothing (nothing older than the cutoff, in
 AvailableNow), or when its time is up: a fraction of the subscription's ack deadline.
 
-The share is a soft bound: each Pull asks for what still fits (by count, and by bytes at the
-largest message seen), and everything an answer brings is kept, so a share overshoots by less than
-one answer and nothing is ever handed back for lack of room (a hand-back is a delivery attempt,
-and a message handed back and pulled again could not be told from a redelivery).
+Several Pulls of a subscription are in flight at once, as many as the rule both receiver modes
+apply says (:mod:`..pubsub.concurrency`: Little's law, from the round trips and the time an answer
+takes to keep), so that the round trip to the service is hidden; one on an ordered subscription
+(answers that came back out of turn could put a key's messages out of order), and one until the
+first message's size is known. No new Pull goes out once the share is full or the time is up;
+those in flight are waited for, and what they bring is kept (it is leased to this task).
+
+The share is a soft bound: the Pulls in flight ask together for no more than still fits (by count,
+and by bytes at the largest message seen; each for its part of it), and everything an answer brings
+is kept, so a share overshoots by less than the answers in flight when it fills, and nothing is
+ever handed back for lack of room (a hand-back is a delivery attempt, and a message handed back and
+pulled again could not be told from a redelivery).
 
 While it holds messages the task keeps their leases alive (the shared :class:`~..pubsub.leaser.Leaser`:
 at once on receipt when the subscription's deadline is shorter than ``ackDeadlineSeconds``, then
@@ -25,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pubsub.chunks import DONE, Chunk
+from ..pubsub.concurrency import START, Concurrency
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet
 from ..storage import Storage, open_storage
@@ -188,13 +199,26 @@ class _Pulled:
         self.seen: dict[str, set[str]] = {}
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
 
-    def room(self) -> int:
-        """How many messages the next Pull asks for: what fits the share's count and bytes."""
+    def full(self) -> bool:
+        return self.kept >= self.order.max_messages or self.kept_bytes >= self.order.max_bytes
+
+    def room(self, asked: int = 0, pulls: int = 1) -> int:
+        """How many messages the next Pull asks for; 0: none now (the Pulls in flight ask for what fits).
+
+        Its part, one of ``pulls`` in flight, of what fits the share's count and bytes, and no more
+        than the ``asked`` by the Pulls in flight leave. Before any message's size is known, one
+        Pull at a time asks for a few. Call it only while the share is not :meth:`full`.
+        """
         count = self.order.max_messages - self.kept
         if not self.largest:
-            return max(1, min(count, FIRST_PULL_MESSAGES))
-        by_bytes = (self.order.max_bytes - self.kept_bytes) // self.largest
-        return max(1, min(count, by_bytes, MAX_PER_PULL))
+            return 0 if asked else max(1, min(count, FIRST_PULL_MESSAGES))
+        fits = min(count, (self.order.max_bytes - self.kept_bytes) // self.largest)
+        free = fits - asked
+        if free <= 0:
+            # Less than one message of the largest size fits the bytes: one more, alone (the
+            # soft bound), or the answers in flight first.
+            return 0 if asked else 1
+        return min(free, -(-fits // pulls), MAX_PER_PULL)
 
     def accept(self, sub: str, response: Any, sent_mono: float, sent_wall: float) -> bool:
         """Keep one answer's messages; False when ``sub`` has nothing (more) for this slice."""
@@ -417,29 +441,155 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk]) -> None:
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
     """Pull until the share is full, every subscription answered with nothing (more), or the time is up.
 
-    A Pull error is retried within that time only: the task then records what it holds (and says
-    Pub/Sub was unavailable) rather than holding messages past their lease.
+    Keeps several Pulls in flight (see the module's docstring); returns once none is. A Pull error
+    is retried within that time only: the task then records what it holds (and says Pub/Sub was
+    unavailable) rather than holding messages past their lease. An error that is not retried is
+    raised once the other Pulls in flight answered, their messages kept (the caller hands them back).
     """
     end = time.monotonic() + order.seconds
+    flight = _InFlight(rpc, order, end)
+    rules = {s: Concurrency(START, time.monotonic()) for s in order.subscriptions}
+    ordered = set(order.ordered)
     open_subs = list(order.subscriptions)
     # A share may fill on the first subscription's answers: the batches start with each in turn.
     turn = order.batch_id
-    while open_subs and out.kept < order.max_messages and out.kept_bytes < order.max_bytes:
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        sub = open_subs[turn % len(open_subs)]
-        turn += 1
-        answer = _one_pull(
-            rpc, sub, out.room(), left, out.evidence[sub], order.deadlines.get(sub, 10), sub in order.immediate
-        )
-        if answer is None:  # the time ran out waiting
-            return
-        response, sent_mono, sent_wall = answer
-        if out.pulled_at is None:
-            out.pulled_at = sent_wall
-        if not out.accept(sub, response, sent_mono, sent_wall):
-            open_subs.remove(sub)
+    sending = True  # False once the time is up or a Pull failed for good
+    failure: BaseException | None = None
+
+    def slots(sub: str) -> int:
+        return 1 if sub in ordered else rules[sub].pullers
+
+    try:
+        while True:
+            while sending and open_subs and not out.full():
+                if end - time.monotonic() <= 0:
+                    sending = False
+                    break
+                free = [s for s in open_subs if flight.by_sub[s] < slots(s)]
+                if not free or (not out.largest and flight.count):
+                    break
+                ask = out.room(flight.asked, sum(slots(s) for s in open_subs))
+                if not ask:
+                    break
+                sub = open_subs[turn % len(open_subs)]
+                while sub not in free:
+                    turn += 1
+                    sub = open_subs[turn % len(open_subs)]
+                turn += 1
+                flight.send(sub, ask)
+            if not flight.count:
+                break
+            done = flight.next()
+            done.merge_into(out.evidence[done.sub])
+            if isinstance(done.outcome, BaseException):
+                failure = failure or done.outcome
+                sending = False
+                continue
+            if done.outcome is None:  # the time ran out waiting
+                sending = False
+                continue
+            more, service, messages = _accept(out, done)
+            if not more and done.sub in open_subs:
+                open_subs.remove(done.sub)
+            rules[done.sub].answered(
+                time.monotonic(), done.latency, service, messages, held_back=done.asked < MAX_PER_PULL
+            )
+    finally:
+        # Leaving by an exception of this thread: what the Pulls in flight bring is leased to this
+        # task all the same, and kept, for the caller to hand back.
+        while flight.count:
+            done = flight.next()
+            done.merge_into(out.evidence[done.sub])
+            if isinstance(done.outcome, tuple):
+                with contextlib.suppress(Exception):
+                    _accept(out, done)
+    if failure is not None:
+        raise failure
+
+
+def _accept(out: _Pulled, done: _Done) -> tuple[bool, float, int]:
+    """Keep an answer: whether its subscription may have more, the time it took, the messages it brought."""
+    response, sent_mono, sent_wall = done.outcome
+    if out.pulled_at is None or sent_wall < out.pulled_at:
+        out.pulled_at = sent_wall
+    started = time.monotonic()
+    more = out.accept(done.sub, response, sent_mono, sent_wall)
+    return more, time.monotonic() - started, len(response.received_messages)
+
+
+@dataclass
+class _Done:
+    """One Pull's outcome, and the evidence it left for the task's thread to merge.
+
+    The outcome: an answer (response, monotonic and wall time sent), ``None`` (the time ran out) or
+    the exception it raised.
+    """
+
+    sub: str
+    asked: int
+    outcome: Any
+    evidence: _Evidence
+    latency: float = 0.0
+
+    def merge_into(self, evidence: _Evidence) -> None:
+        evidence.shadow_until = max(evidence.shadow_until, self.evidence.shadow_until)
+        evidence.errors += self.evidence.errors
+        if isinstance(self.outcome, tuple):
+            evidence.unavailable = False
+        elif self.evidence.unavailable:
+            evidence.unavailable = True
+
+
+class _InFlight:
+    """A task's Pulls in flight, each on a thread of its own; their outcomes come back as they come.
+
+    Only the task's thread calls it.
+    """
+
+    def __init__(self, rpc: Rpc, order: SliceOrder, end: float) -> None:
+        self._rpc = rpc
+        self._order = order
+        self._end = end
+        self._done: queue.Queue[_Done] = queue.Queue()
+        self.count = 0
+        self.asked = 0  # messages the Pulls in flight asked for
+        self.by_sub = dict.fromkeys(order.subscriptions, 0)
+
+    def send(self, sub: str, max_messages: int) -> None:
+        self.count += 1
+        self.asked += max_messages
+        self.by_sub[sub] += 1
+        name = f"crdb-pubsub-task-pull-{self._order.batch_id}-{self._order.index}-{sub.rsplit('/', 1)[-1]}"
+        threading.Thread(target=self._run, args=(sub, max_messages), name=name, daemon=True).start()
+
+    def _run(self, sub: str, max_messages: int) -> None:
+        evidence = _Evidence()
+        done = _Done(sub, max_messages, None, evidence)
+        try:
+            order = self._order
+            done.outcome = _one_pull(
+                self._rpc,
+                sub,
+                max_messages,
+                self._end - time.monotonic(),
+                evidence,
+                order.deadlines.get(sub, 10),
+                sub in order.immediate,
+            )
+            if done.outcome is not None:
+                done.latency = time.monotonic() - done.outcome[1]
+        except BaseException as exc:  # noqa: BLE001 - the task's thread raises it
+            done.outcome = exc
+        finally:
+            self._done.put(done)
+
+    def next(self) -> _Done:
+        """Wait for the next Pull in flight to end (one must be in flight)."""
+        done = self._done.get()
+        self.count -= 1
+        self.asked -= done.asked
+        self.by_sub[done.sub] -= 1
+        return done
 
 
 def _one_pull(

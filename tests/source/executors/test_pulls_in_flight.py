@@ -1,0 +1,153 @@
+"""A task's Pulls in flight (executors/task.py): against a server that answers each Pull after a
+round trip, a task keeps several in flight and fills its slice sooner; what the Pulls still in
+flight bring once the share is full, or the time is up, is kept, never dropped or handed back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from crdb_pubsub.source.executors import task
+from crdb_pubsub.source.executors.orders import SliceOrder
+from crdb_pubsub.source.options import parse_options
+
+SUB = "projects/p/subscriptions/in-flight"
+
+
+class _Slow:
+    """Wraps the fake's Pull: each answers after ``delay(n)`` seconds (n: the Pull's number, from 0)
+    and brings at most ``cap`` messages, as the service answers a few hundred 25 ms away.
+
+    Counts the Pulls in flight, and checks that they never ask together for more than the share
+    leaves (``share`` less what was delivered).
+    """
+
+    def __init__(self, fake, delay, cap: int, share: int, fail=lambda n: None) -> None:
+        self._pull = fake.pull
+        self._delay = delay
+        self._fail = fail
+        self._cap = cap
+        self._share = share
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.now = 0
+        self.most = 0
+        self.asked = 0
+        self.delivered = 0
+        self.over: list[tuple[int, int]] = []  # (asked in flight, delivered) past the share
+        self.first = None  # when the first Pull came (monotonic)
+        self.answered: list[float] = []  # when each answer left
+        fake.pull = self
+
+    def __call__(self, sub, max_messages, timeout, return_immediately):
+        with self._lock:
+            n = self.calls
+            self.calls += 1
+            self.first = self.first or time.monotonic()
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.asked += max_messages
+            if self.asked + self.delivered > self._share:
+                self.over.append((self.asked, self.delivered))
+        got = []
+        try:
+            time.sleep(self._delay(n))
+            if self._fail(n) is not None:
+                raise self._fail(n)
+            got = self._pull(sub, min(max_messages, self._cap), timeout, return_immediately)
+            return got
+        finally:
+            with self._lock:
+                self.now -= 1
+                self.asked -= max_messages
+                self.delivered += len(got)
+                self.answered.append(time.monotonic())
+
+
+def _order(max_messages: int, max_bytes: int = 1 << 30, seconds: float = 4.0, batch: int = 1) -> SliceOrder:
+    return SliceOrder(
+        batch_id=batch,
+        index=0,
+        parts=1,
+        subscriptions=(SUB,),
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        seconds=seconds,
+        deadlines={SUB: 10},
+        lease_seconds=10,
+    )
+
+
+def _read(tmp_path, order: SliceOrder) -> tuple[list[str], float]:
+    opts = parse_options(
+        {"subscription": SUB, "emulatorHost": "127.0.0.1:1", "receiver": "executors", "stateDir": str(tmp_path)}
+    )
+    t0 = time.monotonic()
+    with task.pulled_slice(opts, order) as table:
+        took = time.monotonic() - t0
+        return table.column("message_id").to_pylist(), took
+
+
+def test_a_slow_server_gets_several_pulls_in_flight_and_the_slice_fills_sooner(fake, tmp_path):
+    fake.create_subscription(SUB, ack_deadline=10)
+    ids = fake.publish(SUB, [b"x" * 100] * 2000)
+    assert _read(tmp_path / "w", _order(max_messages=10, batch=0))[0] == ids[:10]  # what a first task costs
+    delay = 0.25
+    slow = _Slow(fake, lambda n: delay, cap=100, share=610)
+    got, took = _read(tmp_path / "a", _order(max_messages=610))
+    assert sorted(got, key=int) == ids[10:620] and len(set(got)) == 610
+    assert slow.most >= 2, "one Pull at a time"
+    assert not slow.over, "the Pulls in flight asked for more than the share left"
+    # One Pull at a time takes a round trip an answer: the first asks for a few (no size known
+    # yet), then six bring 100 each.
+    assert took < 7 * delay, f"{took:.2f} s: no sooner than one Pull at a time"
+    assert not fake.nacks, "messages were handed back"
+
+
+def test_what_pulls_in_flight_bring_after_the_share_filled_is_kept(fake, tmp_path):
+    fake.create_subscription(SUB, ack_deadline=10)
+    # Small messages first: the share's bytes look roomy; then one answer of large ones fills them
+    # while the other Pull in flight, slower, still brings its own.
+    small = fake.publish(SUB, [b"s" * 10] * 10)
+    large = fake.publish(SUB, [b"L" * 1000] * 200)
+    slow = _Slow(fake, lambda n: 0.5 if n == 2 else 0.02, cap=30, share=500)
+    got, _ = _read(tmp_path, _order(max_messages=500, max_bytes=20_000))
+    assert slow.most >= 2
+    delivered = [m for m in small + large if fake.deliveries[m]]
+    assert len(delivered) == 10 + 30 + 30  # the first answer of large ones filled the share's bytes
+    assert sorted(got, key=int) == delivered and len(set(got)) == len(got), "a message a Pull brought is not kept"
+    assert not fake.nacks, "messages were handed back for lack of room"
+    assert set(fake.unacked(SUB)) >= set(got)
+
+
+def test_pulls_in_flight_when_the_time_is_up_are_waited_for_and_kept(fake, tmp_path):
+    fake.create_subscription(SUB, ack_deadline=10)
+    ids = fake.publish(SUB, [b"x" * 100] * 1000)
+    # Every Pull after the first answers 0.4 s after it was sent; the task's time is 0.5 s: Pulls
+    # are in flight when it is up.
+    slow = _Slow(fake, lambda n: 0.0 if n == 0 else 0.4, cap=50, share=1000)
+    got, took = _read(tmp_path, _order(max_messages=1000, seconds=0.5))
+    assert slow.most >= 2
+    assert max(slow.answered) > slow.first + 0.5, "no Pull answered after the time was up"
+    delivered = [m for m in ids if fake.deliveries[m]]
+    assert len(delivered) > 10 + 50
+    assert sorted(got, key=int) == delivered and len(set(got)) == len(got)
+    assert not fake.nacks
+    assert took < 2.0
+
+
+def test_a_pull_that_fails_for_good_waits_for_the_others_and_hands_their_messages_back(fake, tmp_path):
+    from google.api_core import exceptions as gexc
+
+    fake.create_subscription(SUB, ack_deadline=10)
+    fake.publish(SUB, [b"x" * 100] * 1000)
+    # The second Pull of the first pair is refused, before the first one answers.
+    refused = gexc.PermissionDenied("not allowed (fake)")
+    _Slow(fake, lambda n: 0.2 if n == 1 else 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
+    with pytest.raises(gexc.PermissionDenied):
+        _read(tmp_path, _order(max_messages=1000))
+    delivered = [m for m in fake.deliveries if fake.deliveries[m]]
+    assert len(delivered) == 10 + 50  # the first answer and the slow one still in flight
+    assert set(fake.nacks) == set(delivered), "what the Pulls brought was not handed back"
