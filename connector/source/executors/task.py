@@ -198,6 +198,7 @@ class _Pulled:
         self.pulled_at: float | None = None
         self.seen: dict[str, set[str]] = {}
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
+        self.unextended: list[Chunk] = []  # added, their lease to extend at once (:meth:`extend_new`)
 
     def full(self) -> bool:
         return self.kept >= self.order.max_messages or self.kept_bytes >= self.order.max_bytes
@@ -263,7 +264,18 @@ class _Pulled:
         self.roles.append(roles)
         self.keeper.add([c], float(deadline))
         if deadline < self.order.lease_seconds:
-            self.keeper.extend([c], self.order.lease_seconds)
+            self.unextended.append(c)
+
+    def extend_new(self) -> None:
+        """Extend to the task's lease, in one call a subscription, the chunks added since the last time.
+
+        At once on receipt (:meth:`add`), but for the answers that came meanwhile together: a
+        renewal is a round trip of this thread, and one for each answer would bound the task's
+        answers a second by the round trip whatever the Pulls in flight.
+        """
+        if self.unextended:
+            chunks, self.unextended = self.unextended, []
+            self.keeper.extend(chunks, self.order.lease_seconds)
 
     def drop_unproven(self, rpc: Rpc) -> None:
         """Hand back, unrecorded, the messages whose lease is not proven to outlive the recording.
@@ -494,6 +506,9 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             rules[done.sub].answered(
                 time.monotonic(), done.latency, service, messages, held_back=done.asked < MAX_PER_PULL
             )
+            if not flight.ready():
+                out.extend_new()
+        out.extend_new()
     finally:
         # Leaving by an exception of this thread: what the Pulls in flight bring is leased to this
         # task all the same, and kept, for the caller to hand back.
@@ -503,6 +518,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             if isinstance(done.outcome, tuple):
                 with contextlib.suppress(Exception):
                     _accept(out, done)
+        with contextlib.suppress(Exception):
+            out.extend_new()  # left by an exception: best effort, the caller hands them back
     if failure is not None:
         raise failure
 
@@ -582,6 +599,10 @@ class _InFlight:
             done.outcome = exc
         finally:
             self._done.put(done)
+
+    def ready(self) -> bool:
+        """Whether a Pull's outcome is waiting."""
+        return not self._done.empty()
 
     def next(self) -> _Done:
         """Wait for the next Pull in flight to end (one must be in flight)."""
