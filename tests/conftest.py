@@ -25,8 +25,21 @@ _INTEGRATION_FIXTURES = {"spark", "emulator_host", "gcs_server", "gcs_state_url"
 _INTEGRATION_MARKERS = ("spark", "faults")
 
 
+# Under pytest-xdist (``--dist loadgroup``, the full suite) tests go to whichever worker is free,
+# except these modules' tests, which share a module-scoped fixture worth building once (the flood's
+# bodies) or build the wheel in the source tree (setuptools' ``build/`` is not safe to share).
+_ONE_WORKER = {
+    "test_malformed_flood.py": "flood",
+    "test_packaging.py": "wheel",
+    "test_dataproc.py": "wheel",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        group = _ONE_WORKER.get(os.path.basename(str(item.fspath)))
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
             item.get_closest_marker(m) for m in _INTEGRATION_MARKERS
         ):

@@ -5,6 +5,7 @@
 #   bash tests/run.sh --fast                   # the fast tier: no emulator, no Spark, no real waiting,
 #                                              # the simulation on 100 seeds a pair (docs/development.md)
 #   bash tests/run.sh -k decoding              # extra arguments go to pytest
+#   bash tests/run.sh --serial                 # the suite in one pytest process (no xdist)
 #   bash tests/run.sh --pyspark 4.0.5          # the smoke run (tests/versions) on another Spark,
 #                                              # in its own cached venv
 #   bash tests/run.sh --pyspark 4.0.0 --python 3.12
@@ -32,6 +33,14 @@ elif [ "${1:-}" = "--pyspark" ]; then
 elif [ "${1:-}" = "--python" ]; then
   echo "tests/run.sh: --python goes with the smoke run, after it: --pyspark VERSION --python X.Y" >&2
   exit 2
+elif [ "${1:-}" = "--serial" ]; then
+  shift
+else
+  # The full suite on CRDB_PUBSUB_WORKERS pytest-xdist workers (each with its own emulator and
+  # SparkSession): most of its time is spent waiting (leases, deadlines, Spark's triggers), so two
+  # workers on two cores nearly halve it. --serial runs it in one process (tests/conftest.py says
+  # which modules keep to one worker).
+  ARGS=(-n "${CRDB_PUBSUB_WORKERS:-2}" --dist loadgroup)
 fi
 source "$ROOT/examples/bootstrap.sh"
 cd "$ROOT"
