@@ -270,6 +270,7 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
         patch(mod, "open_storage", lambda url: storage)
     patch(task, "_RPCS", {})
     patch(task, "_STORAGES", {})
+    patch(task, "_LEARNED", {})
     patch(protocol, "StatsServer", _NoStats)
     import crdb_pubsub.source.pubsub.acker as acker
 

@@ -460,7 +460,10 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
     """
     end = time.monotonic() + order.seconds
     flight = _InFlight(rpc, order, end)
-    rules = {s: Concurrency(START, time.monotonic()) for s in order.subscriptions}
+    # A task's pull lasts seconds: learning from START each time would spend half of it below the
+    # Pulls the round trip wants. It starts where the last task of this Python worker (Spark reuses
+    # them) left the subscription, and goes on learning from there.
+    rules = {s: Concurrency(_LEARNED.get(s, START), time.monotonic()) for s in order.subscriptions}
     ordered = set(order.ordered)
     open_subs = list(order.subscriptions)
     # A share may fill on the first subscription's answers: the batches start with each in turn.
@@ -520,6 +523,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
                     _accept(out, done)
         with contextlib.suppress(Exception):
             out.extend_new()  # left by an exception: best effort, the caller hands them back
+        for s, rule in rules.items():
+            _LEARNED[s] = rule.pullers
     if failure is not None:
         raise failure
 
@@ -654,6 +659,8 @@ def _one_pull(
 
 
 _RPCS: dict[tuple, Rpc] = {}
+# Pulls in flight a subscription's last task in this Python worker ended with (see _pull).
+_LEARNED: dict[str, int] = {}
 _STORAGES: dict[str, Storage] = {}
 
 

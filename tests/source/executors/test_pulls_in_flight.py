@@ -77,6 +77,12 @@ class _Slow:
         return total
 
 
+@pytest.fixture(autouse=True)
+def _fresh_worker(monkeypatch):
+    """Each test is a fresh Python worker: nothing learned by an earlier task."""
+    monkeypatch.setattr(task, "_LEARNED", {})
+
+
 def _order(max_messages: int, max_bytes: int = 1 << 30, seconds: float = 4.0, batch: int = 1) -> SliceOrder:
     return SliceOrder(
         batch_id=batch,
@@ -166,3 +172,19 @@ def test_a_pull_that_fails_for_good_waits_for_the_others_and_hands_their_message
     delivered = [m for m in fake.deliveries if fake.deliveries[m]]
     assert len(delivered) == 10 + 50  # the first answer and the slow one still in flight
     assert set(fake.nacks) == set(delivered), "what the Pulls brought was not handed back"
+
+
+def test_the_next_task_of_a_worker_starts_with_the_pulls_the_last_one_learned(fake, tmp_path):
+    fake.create_subscription(SUB, ack_deadline=60)
+    ids = fake.publish(SUB, [b"x" * 100] * 20_000)
+    # A share far larger than what comes in the task's time: no Pull is cut by it, every window counts.
+    first = _Slow(fake, lambda n: 0.1, cap=100, share=1_000_000)
+    got, _ = _read(tmp_path / "a", _order(max_messages=1_000_000, seconds=3.0))
+    learned = task._LEARNED[SUB]
+    assert learned > task.START, f"a 0.1 s round trip and answers of 100 left the task at {learned} Pulls"
+    assert first.most <= learned
+    fake.pull = first._pull  # unwrap: the next task's server is as slow, counted afresh
+    second = _Slow(fake, lambda n: 0.1, cap=100, share=1_000_000)
+    got2, _ = _read(tmp_path / "b", _order(max_messages=1_000_000, seconds=1.0, batch=2))
+    assert second.most >= learned, f"the next task kept {second.most} Pulls in flight, not the {learned} learned"
+    assert set(got).isdisjoint(got2) and set(got) | set(got2) <= set(ids)
