@@ -204,6 +204,22 @@ class SimPubSub:
                     out.update(x.mid for x in s.keys[m.key] if x.index > m.index)
         return out
 
+    def leased_to_the_dead_until(self) -> float:
+        """When the last lease that a dead process holds lapses (0.0: none does).
+
+        Until then its messages, and on an ordered subscription its keys' later ones, reach no one,
+        whatever the source does: a killed task that had pulled and not recorded takes them along.
+        """
+        return max(
+            (
+                m.lease_until
+                for s in self.subs.values()
+                for m in s.messages.values()
+                if not m.acked and m.holder is not None and not m.holder.alive
+            ),
+            default=0.0,
+        )
+
     def unacked(self, sub: str) -> list[str]:
         return [m.mid for m in self.subs[sub].messages.values() if not m.acked]
 

@@ -637,7 +637,11 @@ def simulate(
                 return
             if sched.now > MAX_VIRTUAL_SECONDS:
                 return
-            idle_runs = 0 if len(reached()) > before or sched.now < faults_end else idle_runs + 1
+            # A run that could not progress because a dead process's leases still hold messages
+            # (seed 346 of executors/posix: two killed task attempts, 60 s leases, an ordered key)
+            # is not the source's idleness: count from when they lapse.
+            waiting = sched.now < faults_end or sched.now < service.leased_to_the_dead_until()
+            idle_runs = 0 if len(reached()) > before or waiting else idle_runs + 1
             if idle_runs >= 12 and not state["publishing"]:
                 return
             sched.sleep(rng.choice([0.0, 1.0, 5.0, 20.0]))
