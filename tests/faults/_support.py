@@ -209,6 +209,30 @@ class MetricsSampler:
         return max((s.get("buffered", 0) + s.get("inFlight", 0) for s in self.samples), default=0)
 
 
+def until_everything_arrives(
+    query, ids, got: Callable[[], Iterable[str]], *, settled: Callable[[dict], bool] | None = None, timeout: float = 240
+) -> dict:
+    """Wait until every id of ``ids`` is in the sink (``got()``) and the query then settled: nothing
+    awaits its commit, or ``settled(metrics)``; the last metrics. Fails at once if the query dies."""
+    from polling import wait_for
+
+    wait_for(
+        lambda: set(ids) <= set(got()),
+        timeout,
+        "every message in the sink after the restart",
+        query=query,
+        interval=1.0,
+    )
+    with MetricsSampler(query) as sampler:  # let acknowledgements of the last batches happen
+        wait_for(
+            lambda: (settled or (lambda m: m.get("awaitingCommit", 1) == 0))(sampler.last()),
+            60,
+            "the restarted query to settle",
+            query=query,
+        )
+        return sampler.last()
+
+
 # ------------------------------------------------------------------------- processes
 
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import pull_ids
 from polling import wait_for
 
-from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
+from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, until_everything_arrives
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -142,20 +142,9 @@ def test_failing_sink_then_restart_loses_nothing(
 
     q = run(after)
     try:
-        wait_for(
-            lambda: set(ids) <= set(sink.ids()),
-            240,
-            "every message in the sink after the restart",
-            query=q,
-            interval=1.0,
+        until_everything_arrives(
+            q, ids, sink.ids, settled=lambda m: m.get("awaitingCommit", 1) == 0 and m.get("buffered", 1) == 0
         )
-        with MetricsSampler(q) as sampler:  # let acknowledgements of the last batches happen
-            wait_for(
-                lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("buffered", 1) == 0,
-                60,
-                "the restarted query to settle",
-                query=q,
-            )
     finally:
         q.stop()
     got = sink.ids()

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import end_frozen, freeze_reader
-from polling import wait_for
 
-from ._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
+from ._support import BatchFileSink, report, row_body, scaled, tally, until_everything_arrives
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark]
 
@@ -92,18 +91,8 @@ def test_restart_takes_the_state_dir_from_a_stuck_reader(
         t0 = time.monotonic()
         q = run()
         try:
-            wait_for(
-                lambda: set(ids) <= set(sink.ids()),
-                240,
-                "every message in the sink after the restart",
-                query=q,
-                interval=1.0,
-            )
+            until_everything_arrives(q, ids, sink.ids)
             took = time.monotonic() - t0
-            with MetricsSampler(q) as sampler:
-                wait_for(
-                    lambda: sampler.last().get("awaitingCommit", 1) == 0, 60, "the restarted query to settle", query=q
-                )
         finally:
             q.stop()
         lost, duplicated, unexpected = tally(ids, sink.ids())

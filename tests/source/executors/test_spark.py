@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pull_ids
-from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally
+from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, until_everything_arrives
 from polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -58,14 +58,9 @@ def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple
     lost, duplicated, unexpected)."""
     q = run()
     try:
-        wait_for(
-            lambda: set(ids) <= set(sink.ids()),
-            240,
-            "every message in the sink after the restart",
-            query=q,
-            interval=1.0,
+        last = until_everything_arrives(
+            q, ids, sink.ids, settled=lambda m: m.get("awaitingCommit", 1) == 0 and m.get("acknowledged", 0) > 0
         )
-        last = _settle(q)
     finally:
         q.stop()
     return (last, *tally(ids, sink.ids()))
