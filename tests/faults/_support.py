@@ -209,11 +209,35 @@ class MetricsSampler:
         return max((s.get("buffered", 0) + s.get("inFlight", 0) for s in self.samples), default=0)
 
 
-def until_everything_arrives(
-    query, ids, got: Callable[[], Iterable[str]], *, settled: Callable[[dict], bool] | None = None, timeout: float = 240
+def _nothing_awaits_commit(metrics: dict) -> bool:
+    return metrics.get("awaitingCommit", 1) == 0
+
+
+def settle(
+    query,
+    settled: Callable[[dict], bool] = _nothing_awaits_commit,
+    what: str = "the restarted query to settle",
+    timeout: float = 60,
 ) -> dict:
-    """Wait until every id of ``ids`` is in the sink (``got()``) and the query then settled: nothing
-    awaits its commit, or ``settled(metrics)``; the last metrics. Fails at once if the query dies."""
+    """Wait until the query's source metrics say ``settled`` (by default: nothing awaits its
+    commit), sampling them as it runs; the last metrics. Fails at once if the query dies."""
+    from polling import wait_for
+
+    with MetricsSampler(query) as sampler:  # let acknowledgements of the last batches happen
+        wait_for(lambda: settled(sampler.last()), timeout, what, query=query)
+        return sampler.last()
+
+
+def until_everything_arrives(
+    query,
+    ids,
+    got: Callable[[], Iterable[str]],
+    *,
+    settled: Callable[[dict], bool] = _nothing_awaits_commit,
+    timeout: float = 240,
+) -> dict:
+    """Wait until every id of ``ids`` is in the sink (``got()``), then :func:`settle` the query; the
+    last metrics. Fails at once if the query dies."""
     from polling import wait_for
 
     wait_for(
@@ -223,14 +247,7 @@ def until_everything_arrives(
         query=query,
         interval=1.0,
     )
-    with MetricsSampler(query) as sampler:  # let acknowledgements of the last batches happen
-        wait_for(
-            lambda: (settled or (lambda m: m.get("awaitingCommit", 1) == 0))(sampler.last()),
-            60,
-            "the restarted query to settle",
-            query=query,
-        )
-        return sampler.last()
+    return settle(query, settled)
 
 
 # ------------------------------------------------------------------------- processes

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from conftest import pull_ids
-from faults._support import BatchFileSink, MetricsSampler, report, row_body, scaled, tally, until_everything_arrives
+from faults._support import (
+    BatchFileSink,
+    report,
+    row_body,
+    scaled,
+    settle,
+    tally,
+    until_everything_arrives,
+)
 from polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -41,16 +49,14 @@ def _reader(spark, host: str, sub: str, state: Path | str, partitions: int, **op
     return r.load()
 
 
-def _settle(q, timeout: float = 60) -> dict:
+def _acknowledged(metrics: dict) -> bool:
+    """The query's last batches were acknowledged."""
+    return metrics.get("awaitingCommit", 1) == 0 and metrics.get("acknowledged", 0) > 0
+
+
+def _settle(q) -> dict:
     """Wait until the query's last batches were acknowledged; its final metrics."""
-    with MetricsSampler(q) as sampler:
-        wait_for(
-            lambda: sampler.last().get("awaitingCommit", 1) == 0 and sampler.last().get("acknowledged", 0) > 0,
-            timeout,
-            "the query to acknowledge what it committed",
-            query=q,
-        )
-        return sampler.last()
+    return settle(q, _acknowledged, "the query to acknowledge what it committed")
 
 
 def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple[dict, int, int, list[str]]:
@@ -58,9 +64,7 @@ def _restart_until_all_arrive(run, ids: list[str], sink: BatchFileSink) -> tuple
     lost, duplicated, unexpected)."""
     q = run()
     try:
-        last = until_everything_arrives(
-            q, ids, sink.ids, settled=lambda m: m.get("awaitingCommit", 1) == 0 and m.get("acknowledged", 0) > 0
-        )
+        last = until_everything_arrives(q, ids, sink.ids, settled=_acknowledged)
     finally:
         q.stop()
     return (last, *tally(ids, sink.ids()))
