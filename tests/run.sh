@@ -37,9 +37,9 @@ elif [ "${1:-}" = "--serial" ]; then
   shift
 else
   # The full suite on CRDB_PUBSUB_WORKERS pytest-xdist workers (each with its own emulator and
-  # SparkSession): most of its time is spent waiting (leases, deadlines, Spark's triggers), so two
-  # workers on two cores nearly halve it. --serial runs it in one process (tests/conftest.py says
-  # which modules keep to one worker).
+  # SparkSession): much of its time is spent waiting (leases, deadlines, Spark's triggers), so two
+  # workers on two cores take it from 48 to 33 minutes (docs/development.md). --serial runs it in
+  # one process (tests/conftest.py says which modules keep to one worker).
   ARGS=(-n "${CRDB_PUBSUB_WORKERS:-2}" --dist loadgroup)
 fi
 source "$ROOT/examples/bootstrap.sh"
