@@ -55,8 +55,8 @@ class Receiver:
 
     ``_cond``'s lock guards the held index (``_held``), the buffer, the AvailableNow ``_later``
     chunks, the evidence of drained subscriptions (``_drain``), the pullers and how many each
-    subscription wants (``_pullers``, ``_concurrency``), the error state,
-    and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
+    subscription wants (``_pullers``, ``_concurrency``), the error state, the count of releases
+    (``_releases``), and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
     order: ``_cond``, then the flow control's, the leaser's or the remembered ids' lock (each a
     leaf); never the other way round.
     """
@@ -117,6 +117,7 @@ class Receiver:
         self._unavailable_since: float | None = None
         self._last_error: str | None = None
         self._pruned_at = 0.0
+        self._releases = 0  # chunks released so far (accept's lookups before the lock check it)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -299,8 +300,13 @@ class Receiver:
         dropped: list[str] = []
         new: list[Chunk] = []
         oldest_in_answer = int(batch.column(2).to_numpy().min())
+        # Looked up before the lock (it is the costly part); looked up again under it if a
+        # release came between: its messages may have left the held index for the remembered ids.
+        releases = self._releases
         seen = self.remembered.seen(sub, mids, now)
         with self._cond:
+            if self._releases != releases:
+                seen = self.remembered.seen(sub, mids, now)
             held = self._held[sub]
             keep: list[int] = []
             first: dict[str, int] = {}
@@ -512,8 +518,12 @@ class Receiver:
         ledger learns through ``on_answered`` which acknowledgements were not proven.
         """
         assert self.acks is not None
-        live, _ = self._release(chunks)
-        return self.acks.acknowledge(live, on_answered)
+        with self._cond:
+            # Remembered before they leave the held index (accept sorts a Pull's answer by both):
+            # a redelivery sorted meanwhile is held, or remembered, never neither.
+            outgoing = self.acks.remember([c for c in chunks if c.state != DONE])
+        self._release(chunks)
+        return self.acks.send(outgoing, on_answered)
 
     def _release(self, chunks: Iterable[Chunk], *, handing_back: bool = False) -> tuple[list[Chunk], list[Chunk]]:
         """Mark chunks done and drop them from the held index and flow control.
@@ -527,6 +537,7 @@ class Receiver:
                     continue
                 c.state = DONE
                 live.append(c)
+                self._releases += 1
                 self._live.pop(c, None)
                 held = self._held[c.sub]
                 for mid in c.message_ids:

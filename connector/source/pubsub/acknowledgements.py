@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..metrics import Counters
 from ..transport import AckResult
@@ -79,22 +80,39 @@ class Acknowledgements:
 
         ``on_answered`` runs once every subscription's requests were answered.
         """
+        return self.send(self.remember(chunks), on_answered)
+
+    def remember(self, chunks: Sequence[Chunk]) -> Outgoing:
+        """Count every message of ``chunks`` as acknowledged from now on; :meth:`send` sends them.
+
+        Apart from :meth:`send` for a receiver that recognises redeliveries by what it holds too: it
+        remembers the ids before they leave its held index, so that a redelivery is always one or
+        the other (and the ack ids a redelivery adds while still held go with :meth:`send`).
+        """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
             if len(c):
                 by_sub.setdefault(c.sub, []).append(c)
-        commit = _Commit(len(by_sub), on_answered)
-        if not by_sub:
+        now = self._clock()
+        gens = {
+            sub: self.remembered.add(
+                sub, [m for c in cs for m in c.message_ids], now + max(self._proven_memory, ANSWER_WINDOW_SECONDS)
+            )
+            for sub, cs in by_sub.items()
+        }
+        return Outgoing(by_sub, gens)
+
+    def send(self, outgoing: Outgoing, on_answered: Answered | None = None) -> int:
+        """Send the acknowledgements :meth:`remember` prepared, with each message's ack ids as they are now."""
+        commit = _Commit(len(outgoing.by_sub), on_answered)
+        if not outgoing.by_sub:
             commit.done([])
             return 0
-        now = self._clock()
         n = 0
-        for sub, cs in by_sub.items():
-            mids = [m for c in cs for m in c.message_ids]
-            n += len(mids)
-            gen = self.remembered.add(sub, mids, now + max(self._proven_memory, ANSWER_WINDOW_SECONDS))
+        for sub, cs in outgoing.by_sub.items():
+            n += sum(len(c) for c in cs)
             ack_ids = [a for c in cs for a in c.all_ack_ids()]
-            self.acker.submit(Job(ACK, sub, ack_ids, on_done=self._answer(sub, cs, gen, commit)))
+            self.acker.submit(Job(ACK, sub, ack_ids, on_done=self._answer(sub, cs, outgoing.gens[sub], commit)))
         self._counters.add("acknowledged", n)
         return n
 
@@ -138,6 +156,14 @@ class Acknowledgements:
             commit.done(unproven)
 
         return done
+
+
+@dataclass
+class Outgoing:
+    """Acknowledgements remembered and not yet sent (:meth:`Acknowledgements.remember`)."""
+
+    by_sub: dict[str, list[Chunk]]
+    gens: dict[str, Generation | None]
 
 
 class _Commit:

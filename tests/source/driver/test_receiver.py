@@ -298,3 +298,45 @@ def test_a_hand_back_waiting_for_a_renewal_keeps_its_room_until_sent():
     finally:
         answer.set()
         r.shutdown(hand_back=False, within=1)
+
+
+def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again():
+    """Spark's commit acknowledges a batch while a puller sorts a Pull's answer that redelivers one
+    of its messages: the puller looked the id up among the acknowledged ones just before, and
+    reaches the held ones just after the batch left them. After a restart every message of the
+    batch an earlier run planned comes back at once while the new run acknowledges it (the Spark
+    4.1.4 AvailableNow smoke run, under load: 200 messages written twice). Whichever thread goes
+    first, the redelivery is never taken into a batch again, and its ack id is acknowledged."""
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    rpc = _AnsweringRpc()
+    r = Receiver(rpc, ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
+    r.start()
+    try:
+        r.accept("s", _response([{"ack_id": "a0", "message_id": "0"}]), Reservation(1, 0))
+        batch = r.take()  # planned: Spark runs it
+        looked_up, acknowledged = threading.Event(), threading.Event()
+        lookup = r.remembered.seen
+
+        def descheduled_after_the_first_lookup(sub, mids, now):
+            out = lookup(sub, mids, now)
+            if not looked_up.is_set():
+                looked_up.set()
+                acknowledged.wait(5)  # the puller loses the CPU here; the commit's thread runs
+            return out
+
+        r.remembered.seen = descheduled_after_the_first_lookup
+        puller = threading.Thread(
+            target=r.accept, args=("s", _response([{"ack_id": "b0", "message_id": "0"}]), Reservation(1, 0))
+        )
+        puller.start()
+        assert looked_up.wait(5)
+        r.ack(batch)  # Spark committed the batch
+        acknowledged.set()
+        puller.join(10)
+        assert not puller.is_alive()
+        assert [m for c in r.take() for m in c.message_ids] == []
+        assert r.acker.flush(5)
+        assert sorted(rpc.acked) == ["a0", "b0"]
+    finally:
+        r.shutdown(hand_back=False, within=1)
