@@ -117,7 +117,8 @@ class Receiver:
         self._unavailable_since: float | None = None
         self._last_error: str | None = None
         self._pruned_at = 0.0
-        self._releases = 0  # chunks released so far (accept's lookups before the lock check it)
+        # Critical sections that released chunks: accept, which looks ids up before the lock, checks it.
+        self._releases = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -519,42 +520,55 @@ class Receiver:
         """
         assert self.acks is not None
         with self._cond:
-            # Remembered before they leave the held index (accept sorts a Pull's answer by both):
-            # a redelivery sorted meanwhile is held, or remembered, never neither.
-            outgoing = self.acks.remember([c for c in chunks if c.state != DONE])
-        self._release(chunks)
-        return self.acks.send(outgoing, on_answered)
+            # Out of the held index and into the remembered ids in one step under the lock accept
+            # sorts a Pull's answer by: a redelivery is held, or remembered, never neither.
+            live = self._retire_locked(chunks)
+            outgoing = self.acks.remember(live)
+            self._releases += 1  # last: an accept that read the count before finds them remembered
+        n = self.acks.send(outgoing, on_answered)
+        # Their room is given back once their acknowledgements are queued, not before.
+        self._free(live)
+        return n
 
     def _release(self, chunks: Iterable[Chunk], *, handing_back: bool = False) -> tuple[list[Chunk], list[Chunk]]:
         """Mark chunks done and drop them from the held index and flow control.
 
         Returns them, and (``handing_back``) those whose hand-back waits for a renewal in flight.
         """
-        live: list[Chunk] = []
         with self._cond:
-            for c in chunks:
-                if c.state == DONE:
-                    continue
-                c.state = DONE
-                live.append(c)
-                self._releases += 1
-                self._live.pop(c, None)
-                held = self._held[c.sub]
-                for mid in c.message_ids:
-                    if held.get(mid) is c:
-                        del held[mid]
-                if not held:
-                    self._held[c.sub] = {}  # a dict keeps its largest size: give a burst's back
-            if self._clock() - self._pruned_at > 5.0:
-                self._pruned_at = self._clock()
-                self.remembered.prune(self._pruned_at)
-            self._later = [c for c in self._later if c.state != DONE]
-            self._cond.notify_all()
+            live = self._retire_locked(chunks)
+            self._releases += 1
+        return live, self._free(live, handing_back=handing_back)
+
+    def _retire_locked(self, chunks: Iterable[Chunk]) -> list[Chunk]:
+        """Mark the chunks not done yet done, out of the held index; return them. Called with ``_cond`` held."""
+        live: list[Chunk] = []
+        for c in chunks:
+            if c.state == DONE:
+                continue
+            c.state = DONE
+            live.append(c)
+            self._live.pop(c, None)
+            held = self._held[c.sub]
+            for mid in c.message_ids:
+                if held.get(mid) is c:
+                    del held[mid]
+            if not held:
+                self._held[c.sub] = {}  # a dict keeps its largest size: give a burst's back
+        if self._clock() - self._pruned_at > 5.0:
+            self._pruned_at = self._clock()
+            self.remembered.prune(self._pruned_at)
+        self._later = [c for c in self._later if c.state != DONE]
+        self._cond.notify_all()
+        return live
+
+    def _free(self, live: list[Chunk], *, handing_back: bool = False) -> list[Chunk]:
+        """Stop leasing retired chunks and give their room back; return those whose hand-back waits for a renewal."""
         waiting = self.leaser.discard(live, handing_back=handing_back)
         # Held until handed back: a chunk whose hand-back waits for a renewal still counts.
         m, b = total(set(live) - set(waiting)) if waiting else total(live)
         self.flow.release(m, b)
-        return live, waiting
+        return waiting
 
     def _on_released(self, chunks: list[Chunk]) -> None:
         # The renewal these waited for landed: hand them back now, and only now free their room.

@@ -86,8 +86,8 @@ class Acknowledgements:
         """Count every message of ``chunks`` as acknowledged from now on; :meth:`send` sends them.
 
         Apart from :meth:`send` for a receiver that recognises redeliveries by what it holds too: it
-        remembers the ids before they leave its held index, so that a redelivery is always one or
-        the other (and the ack ids a redelivery adds while still held go with :meth:`send`).
+        remembers the ids in the same step (under its lock) as they leave its held index, so that a
+        redelivery is always one or the other; :meth:`send` then goes outside that lock.
         """
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from crdb_pubsub.source.driver import Receiver
 from crdb_pubsub.source.driver.flow import FIRST_PULL_MESSAGES, FlowControl
 from crdb_pubsub.source.pubsub.chunks import Chunk, sizes_of
@@ -300,13 +302,17 @@ def test_a_hand_back_waiting_for_a_renewal_keeps_its_room_until_sent():
         r.shutdown(hand_back=False, within=1)
 
 
-def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again():
+@pytest.mark.parametrize("lookup_at", ["before the commit", "midway through the commit"])
+def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(lookup_at):
     """Spark's commit acknowledges a batch while a puller sorts a Pull's answer that redelivers one
-    of its messages: the puller looked the id up among the acknowledged ones just before, and
-    reaches the held ones just after the batch left them. After a restart every message of the
-    batch an earlier run planned comes back at once while the new run acknowledges it (the Spark
-    4.1.4 AvailableNow smoke run, under load: 200 messages written twice). Whichever thread goes
-    first, the redelivery is never taken into a batch again, and its ack id is acknowledged."""
+    of its messages: the puller looks the id up among the acknowledged ones (outside the receiver's
+    lock) just before the commit, or while the commit holds the lock with the batch out of the
+    held index and not yet among the acknowledged ids, and reaches the held ones after. After a
+    restart every message of the batch an earlier run planned comes back at once while the new run
+    acknowledges it (the Spark 4.1.4 AvailableNow smoke run under load: 200 messages written twice;
+    the simulation's stalled threads, seed 59 of driver/posix, found the second interleaving).
+    Whichever thread goes first, the redelivery is never taken into a batch again, and its ack id
+    is acknowledged."""
     from crdb_pubsub.source.driver.flow import Reservation
 
     rpc = _AnsweringRpc()
@@ -315,8 +321,8 @@ def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(
     try:
         r.accept("s", _response([{"ack_id": "a0", "message_id": "0"}]), Reservation(1, 0))
         batch = r.take()  # planned: Spark runs it
-        looked_up, acknowledged = threading.Event(), threading.Event()
-        lookup = r.remembered.seen
+        committing, looked_up, acknowledged = threading.Event(), threading.Event(), threading.Event()
+        lookup, remember = r.remembered.seen, r.acks.remember
 
         def descheduled_after_the_first_lookup(sub, mids, now):
             out = lookup(sub, mids, now)
@@ -325,12 +331,24 @@ def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(
                 acknowledged.wait(5)  # the puller loses the CPU here; the commit's thread runs
             return out
 
+        def descheduled_before_remembering(chunks):
+            committing.set()
+            if lookup_at != "before the commit":
+                looked_up.wait(5)  # the commit's thread loses the CPU here, the lock held
+            return remember(chunks)
+
         r.remembered.seen = descheduled_after_the_first_lookup
-        puller = threading.Thread(
-            target=r.accept, args=("s", _response([{"ack_id": "b0", "message_id": "0"}]), Reservation(1, 0))
-        )
+        r.acks.remember = descheduled_before_remembering
+
+        def sort_the_redelivery() -> None:
+            if lookup_at != "before the commit":
+                committing.wait(5)
+            r.accept("s", _response([{"ack_id": "b0", "message_id": "0"}]), Reservation(1, 0))
+
+        puller = threading.Thread(target=sort_the_redelivery)
         puller.start()
-        assert looked_up.wait(5)
+        if lookup_at == "before the commit":
+            assert looked_up.wait(5)
         r.ack(batch)  # Spark committed the batch
         acknowledged.set()
         puller.join(10)
