@@ -66,13 +66,17 @@ class Scheduler:
     """Runs simulated threads one at a time; owns the virtual clock.
 
     ``preempt``: the chance that a thread is switched out when it takes a free lock (more
-    interleavings between lock-protected regions, at a small cost).
+    interleavings between lock-protected regions, at a small cost). ``stall``: on a loaded machine
+    a thread switched out gets the CPU back only after a while: this long on average (seconds,
+    exponential), while the other threads run and the clock moves on (answers arrive, leases run
+    down) with whatever locks it holds still held. 0: it is only passed over.
     """
 
-    def __init__(self, seed: int, *, preempt: float = 0.05) -> None:
+    def __init__(self, seed: int, *, preempt: float = 0.05, stall: float = 0.0) -> None:
         self.rng = _real_random.Random(f"scheduler-{seed}")
         self.now = 0.0
         self.preempt = preempt
+        self.stall = stall
         self._until_preempt = 1 + int(self.rng.expovariate(preempt)) if preempt else 0
         self.closed = False
         self.switches = 0
@@ -271,7 +275,10 @@ class Scheduler:
         if self._until_preempt <= 0 and self.preempt:
             self._until_preempt = 1 + int(self.rng.expovariate(self.preempt))
             if self._hub is not None:
-                self.yield_()
+                if self.stall:
+                    self.sleep(self.rng.expovariate(1.0 / self.stall))
+                else:
+                    self.yield_()
 
 
 class SimThread:

@@ -59,6 +59,9 @@ class Scenario:
     storage_terms: StorageTerms
     spark: SparkTerms
     body_min: int | None = None  # None: every body of ``body_size``
+    # A loaded machine: a thread switched out waits this long for the CPU on average (seconds; see
+    # Scheduler). Drawn apart from the rest, so that adding it left every earlier seed's world as it was.
+    stall: float = 0.0
 
     def describe(self) -> str:
         o = {k: v for k, v in self.options.items() if k not in ("emulatorHost",)}
@@ -68,7 +71,7 @@ class Scenario:
             f"{' exactly-once' if self.exactly_once else ''}; {self.backlog} backlog + {self.live} live over "
             f"{self.live_seconds:.0f}s, {self.body_size} B bodies; options {o}; partitions {self.partitions}; "
             f"kills {self.kills} runner-only {self.runner_only}; pubsub {self.pubsub}; storage {self.storage_terms}; "
-            f"spark {self.spark}"
+            f"spark {self.spark}{f'; threads stall {self.stall * 1000:.0f} ms' if self.stall else ''}"
         )
 
 
@@ -112,7 +115,9 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         for _ in range(napps - 1)
     ]
     runner_only = [rng.random() < 0.3 for _ in kills]
+    machine = random.Random(f"machine-{seed}-{mode}-{storage}")
     return Scenario(
+        stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
         seed=seed,
         mode=mode,
         storage=storage,
@@ -419,7 +424,7 @@ def simulate(
     sc = scenario or draw(seed, mode, storage, rough=rough)
     S.Process._pids = itertools.count(40_000)  # a run's pids do not depend on the runs before it
     _PROCESSES.clear()
-    sched = S.Scheduler(seed)
+    sched = S.Scheduler(seed, stall=sc.stall)
     service = SimPubSub(sched, seed, sc.pubsub)
     service.watch = set(watch or ())
     store = SimStorage(sched, seed, storage, sc.storage_terms)
