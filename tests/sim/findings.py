@@ -208,3 +208,21 @@ def drawn_executors_gs_537(seed: int = 537) -> Scenario:
     Later messages whose hand-back waited for a renewal in flight no longer counted as held, so
     the next batch was planned with their room."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_driver_posix_59(seed: int = 59) -> Scenario:
+    """On 52b9d50 (the CI failure of the Spark 4.1.4 AvailableNow smoke run, found once threads
+    stall): 3 messages reached the sink twice. A one-batch AvailableNow run acknowledged the batch
+    the run before it planned while that batch's messages came back; a puller looked a redelivery
+    up among the acknowledged ids before the commit remembered it and among the held ones after
+    the commit had taken it out, and kept it as new."""
+    return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_driver_posix_42(seed: int = 42) -> Scenario:
+    """On 52b9d50, once threads stall: the query held 80 messages with a bound of 40. A commit gave
+    its messages' room back before their acknowledgements were queued, and its thread lost the CPU
+    in between while the pullers filled the room again."""
+    return draw(seed, "driver", "posix")
