@@ -141,7 +141,10 @@ class BatchServer:
     def _accept(self, sock) -> None:
         # A thread blocked in accept() is not woken when another closes the socket: it waits at
         # most ACCEPT_WAIT_SECONDS at a time and looks whether the server closed.
-        sock.settimeout(ACCEPT_WAIT_SECONDS)
+        try:
+            sock.settimeout(ACCEPT_WAIT_SECONDS)
+        except OSError:
+            return  # closed before this thread ran
         while not self._closed.is_set():
             if not self._slots.acquire(timeout=ACCEPT_WAIT_SECONDS):
                 continue

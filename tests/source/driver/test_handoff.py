@@ -91,3 +91,23 @@ def test_several_tasks_fetch_at_once(server):
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda t: fetch(t).to_pybytes(), tickets))
     assert got == [p.to_pybytes() for p in payloads]
+
+
+def test_a_server_closed_at_once_ends_its_threads_quietly():
+    """A query that stops right after its reader started (a failed first batch, a test's teardown)
+    closes the server before its accept threads ran: they end without an error of their own (CI on
+    87211d1 printed ``OSError: [Errno 9] Bad file descriptor`` from one, a thread's unhandled exception)."""
+    import threading
+
+    errors: list[BaseException] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        for _ in range(5):
+            before = set(threading.enumerate())
+            BatchServer().close()
+            for t in set(threading.enumerate()) - before:
+                t.join(5)
+    finally:
+        threading.excepthook = hook
+    assert errors == []
