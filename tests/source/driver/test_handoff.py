@@ -95,8 +95,8 @@ def test_several_tasks_fetch_at_once(server):
 
 def test_a_server_closed_at_once_ends_its_threads_quietly():
     """A query that stops right after its reader started (a failed first batch, a test's teardown)
-    closes the server before its accept threads ran: they end without an error of their own (CI on
-    87211d1 printed ``OSError: [Errno 9] Bad file descriptor`` from one, a thread's unhandled exception)."""
+    closes the server before its accept threads ran: they end without an error of their own (a CI-shaped
+    run of b036b81 printed ``OSError: [Errno 9] Bad file descriptor`` from one, a thread's unhandled exception)."""
     import threading
 
     errors: list[BaseException] = []
