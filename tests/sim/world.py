@@ -117,7 +117,6 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
     runner_only = [rng.random() < 0.3 for _ in kills]
     machine = random.Random(f"machine-{seed}-{mode}-{storage}")
     return Scenario(
-        stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
         seed=seed,
         mode=mode,
         storage=storage,
@@ -142,6 +141,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         pubsub=Terms.draw(rng, rough=rough),
         storage_terms=StorageTerms.draw(rng, storage, rough=rough),
         spark=spark,
+        stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
     )
 
 

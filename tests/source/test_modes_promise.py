@@ -369,8 +369,8 @@ def test_per_batch_state_goes_when_its_batch_commits(fake, make_reader, tmp_path
 
     The driver's pullers are not per batch: a subscription's Pulls in flight double (a few at
     most, up to ``concurrency.MOST``) when the round trips say more would help, which a loaded
-    machine makes them say (a CI-shaped run of b036b81: 4 -> 8 Pulls in flight during the span, 40 more objects).
-    A span of batches over which that count changed is measured again."""
+    machine makes them say (a CI-shaped run of b036b81: 4 -> 8 Pulls in flight during the span, 40
+    more objects). A span of batches over which that count changed is measured again."""
     fake.create_subscription(SUB, ack_deadline=DEADLINE)
     reader = make_reader(SUB, **options(mode, tmp_path))
     calls = SparkCalls(reader, Logs())

@@ -55,10 +55,10 @@ class Receiver:
 
     ``_cond``'s lock guards the held index (``_held``), the buffer, the AvailableNow ``_later``
     chunks, the evidence of drained subscriptions (``_drain``), the pullers and how many each
-    subscription wants (``_pullers``, ``_concurrency``), the error state, the count of releases
-    (``_releases``), and each held chunk's ``ack_ids``/``stale``/``state``. It is never held across an RPC. Lock
-    order: ``_cond``, then the flow control's, the leaser's or the remembered ids' lock (each a
-    leaf); never the other way round.
+    subscription wants (``_pullers``, ``_concurrency``), the error state, the count of
+    acknowledgement steps (``_acked_steps``), and each held chunk's ``ack_ids``/``stale``/``state``.
+    It is never held across an RPC. Lock order: ``_cond``, then the flow control's, the leaser's or
+    the remembered ids' lock (each a leaf); never the other way round.
     """
 
     def __init__(
@@ -117,8 +117,9 @@ class Receiver:
         self._unavailable_since: float | None = None
         self._last_error: str | None = None
         self._pruned_at = 0.0
-        # Critical sections that released chunks: accept, which looks ids up before the lock, checks it.
-        self._releases = 0
+        # Steps that moved chunks from the held index to the remembered ids (ack): accept, which
+        # looks ids up before the lock, checks it.
+        self._acked_steps = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -301,12 +302,12 @@ class Receiver:
         dropped: list[str] = []
         new: list[Chunk] = []
         oldest_in_answer = int(batch.column(2).to_numpy().min())
-        # Looked up before the lock (it is the costly part); looked up again under it if a
-        # release came between: its messages may have left the held index for the remembered ids.
-        releases = self._releases
+        # Looked up before the lock (it is the costly part); looked up again under it if an
+        # acknowledgement came between: its messages left the held index for the remembered ids.
+        acked_steps = self._acked_steps
         seen = self.remembered.seen(sub, mids, now)
         with self._cond:
-            if self._releases != releases:
+            if self._acked_steps != acked_steps:
                 seen = self.remembered.seen(sub, mids, now)
             held = self._held[sub]
             keep: list[int] = []
@@ -524,7 +525,7 @@ class Receiver:
             # sorts a Pull's answer by: a redelivery is held, or remembered, never neither.
             live = self._retire_locked(chunks)
             outgoing = self.acks.remember(live)
-            self._releases += 1  # last: an accept that read the count before finds them remembered
+            self._acked_steps += 1  # last: an accept that read the count before finds them remembered
         n = self.acks.send(outgoing, on_answered)
         # Their room is given back once their acknowledgements are queued, not before.
         self._free(live)
@@ -537,7 +538,6 @@ class Receiver:
         """
         with self._cond:
             live = self._retire_locked(chunks)
-            self._releases += 1
         return live, self._free(live, handing_back=handing_back)
 
     def _retire_locked(self, chunks: Iterable[Chunk]) -> list[Chunk]:
