@@ -226,3 +226,18 @@ def drawn_driver_posix_42(seed: int = 42) -> Scenario:
     its messages' room back before their acknowledgements were queued, and its thread lost the CPU
     in between while the pullers filled the room again."""
     return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_driver_posix_1463(seed: int = 1463) -> Scenario:
+    """On 17201c3, once threads stall: an AvailableNow run held 19 messages with a bound of 15. It
+    handed back the messages published after its cutoff to make room, gave their room back before
+    their hand-back (ModifyAckDeadline 0) was queued, and its thread lost the CPU in between while
+    the pullers filled the room again (the hand-back's side of seed 42)."""
+    return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_driver_gs_646(seed: int = 646) -> Scenario:
+    """On 17201c3 (and 52b9d50): held 48 messages with a bound of 40, the hand-back of seed 1463."""
+    return draw(seed, "driver", "gs")

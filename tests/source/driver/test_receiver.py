@@ -302,6 +302,37 @@ def test_a_hand_back_waiting_for_a_renewal_keeps_its_room_until_sent():
         r.shutdown(hand_back=False, within=1)
 
 
+def test_a_hand_back_keeps_its_room_until_it_is_queued():
+    """An AvailableNow run hands back what was published after its cutoff; until the hand-back
+    (ModifyAckDeadline 0) is queued those messages are still held, and a puller given their room
+    in between holds more than maxOutstandingMessages (found by the simulation's loaded machine,
+    seed 1463 of driver/posix and 646 of driver/gs on 17201c3: the hand-back's thread freed the
+    room, lost the CPU, and the pullers filled it: 19 held with a bound of 15)."""
+    from crdb_pubsub.source.driver.flow import Reservation
+    from crdb_pubsub.source.pubsub.acker import NACK
+
+    r = Receiver(_AnsweringRpc(), ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=2, max_bytes=1 << 30)
+    r.start()
+    try:
+        r.set_cutoff(1_600_000_000 * 10**6)  # both are published after it: held apart, handed back
+        r.accept("s", _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(2)]), Reservation(2, 0))
+        held_when_queued: list[int] = []
+        submit = r.acker.submit
+
+        def seeing_the_room(job):
+            if job.kind == NACK:
+                held_when_queued.append(r.flow.held_messages)
+            return submit(job)
+
+        r.acker.submit = seeing_the_room
+        assert r.hand_back_later() == 2
+        assert held_when_queued == [2], "their room was given back before their hand-back was queued"
+        assert r.acker.flush(5)
+        assert r.flow.held_messages == 0
+    finally:
+        r.shutdown(hand_back=False, within=1)
+
+
 @pytest.mark.parametrize("lookup_at", ["before the commit", "midway through the commit"])
 def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(lookup_at):
     """Spark's commit acknowledges a batch while a puller sorts a Pull's answer that redelivers one
