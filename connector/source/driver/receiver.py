@@ -527,18 +527,10 @@ class Receiver:
             outgoing = self.acks.remember(live)
             self._acked_steps += 1  # last: an accept that read the count before finds them remembered
         n = self.acks.send(outgoing, on_answered)
+        self.leaser.discard(live)
         # Their room is given back once their acknowledgements are queued, not before.
-        self._free(live)
+        self._give_room(live)
         return n
-
-    def _release(self, chunks: Iterable[Chunk], *, handing_back: bool = False) -> tuple[list[Chunk], list[Chunk]]:
-        """Mark chunks done and drop them from the held index and flow control.
-
-        Returns them, and (``handing_back``) those whose hand-back waits for a renewal in flight.
-        """
-        with self._cond:
-            live = self._retire_locked(chunks)
-        return live, self._free(live, handing_back=handing_back)
 
     def _retire_locked(self, chunks: Iterable[Chunk]) -> list[Chunk]:
         """Mark the chunks not done yet done, out of the held index; return them. Called with ``_cond`` held."""
@@ -562,29 +554,28 @@ class Receiver:
         self._cond.notify_all()
         return live
 
-    def _free(self, live: list[Chunk], *, handing_back: bool = False) -> list[Chunk]:
-        """Stop leasing retired chunks and give their room back; return those whose hand-back waits for a renewal."""
-        waiting = self.leaser.discard(live, handing_back=handing_back)
-        # Held until handed back: a chunk whose hand-back waits for a renewal still counts.
-        m, b = total(set(live) - set(waiting)) if waiting else total(live)
+    def _give_room(self, chunks: list[Chunk]) -> None:
+        m, b = total(chunks)
         self.flow.release(m, b)
-        return waiting
 
     def _on_released(self, chunks: list[Chunk]) -> None:
         # The renewal these waited for landed: hand them back now, and only now free their room.
         self._nack(chunks)
-        m, b = total(chunks)
-        self.flow.release(m, b)
+        self._give_room(chunks)
 
     def _hand_back(
         self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
     ) -> int:
-        live, waiting = self._release(chunks, handing_back=True)
-        if waiting:
-            ready = set(live) - set(waiting)  # the others follow when their renewal landed
-            self._nack([c for c in live if c in ready], total, on_done)
-        else:
-            self._nack(live, total, on_done)
+        with self._cond:
+            live = self._retire_locked(chunks)
+        # Those whose hand-back waits for a renewal in flight follow when it landed (_on_released),
+        # still held, their room kept, until then.
+        waiting = set(self.leaser.discard(live, handing_back=True))
+        ready = [c for c in live if c not in waiting] if waiting else live
+        self._nack(ready, total, on_done)
+        # Their room is given back once their hand-back is queued, not before: a puller given it in
+        # between would hold more than maxOutstandingMessages while this thread is off the CPU.
+        self._give_room(ready)
         n = sum(len(c) for c in live)
         self.counters.add("handedBack", n)
         return n
