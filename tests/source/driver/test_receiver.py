@@ -333,6 +333,48 @@ def test_a_hand_back_keeps_its_room_until_it_is_queued():
         r.shutdown(hand_back=False, within=1)
 
 
+def test_a_puller_waiting_for_room_when_the_run_ends_sends_no_pull():
+    """An AvailableNow run ends while a puller waits for room that later messages fill; the end
+    hands them back and gives their room back, and a Pull sent with it would bring them again at
+    once (Pub/Sub redelivers what was handed back first): a third delivery attempt for messages
+    published during the run (found by `test_available_now_on_a_live_topic_ends_within_bounds`,
+    failing 7 of 32 runs on 074ec3b and 3 of 36 on 17201c3)."""
+    import time
+
+    cutoff_s = 1_700_000_000
+    pulls_after_the_end: list[int] = []
+    ended = threading.Event()
+
+    class _OneOldOneLater(_AnsweringRpc):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def pull(self, subscription, max_messages, timeout, *, return_immediately=False):
+            self.calls += 1
+            if ended.is_set():
+                pulls_after_the_end.append(max_messages)
+            if self.calls == 1:  # published before the cutoff: buffered, its room held
+                return _response([{"ack_id": "a0", "message_id": "0", "seconds": cutoff_s - 10}])
+            if self.calls == 2:  # after it: held apart, handed back when the run ends
+                return _response([{"ack_id": "a1", "message_id": "1", "seconds": cutoff_s + 10}])
+            time.sleep(0.05)
+            return _response([])
+
+    r = Receiver(_OneOldOneLater(), ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=2, max_bytes=1 << 30)
+    r.set_cutoff(cutoff_s * 10**6)
+    r.start()
+    try:
+        assert r.wait(lambda: r.flow.held_messages == 2, 5), "the two answers never arrived"
+        time.sleep(0.2)  # the pullers are waiting for room now
+        ended.set()
+        assert r.end_available_now(within=2)
+        time.sleep(0.5)
+        assert pulls_after_the_end == [], "a Pull went out with the room of the messages just handed back"
+    finally:
+        r.shutdown(hand_back=False, within=1)
+
+
 @pytest.mark.parametrize("lookup_at", ["before the commit", "midway through the commit"])
 def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(lookup_at):
     """Spark's commit acknowledges a batch while a puller sorts a Pull's answer that redelivers one
