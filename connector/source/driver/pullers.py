@@ -78,6 +78,12 @@ class Puller:
             reservation = self._flow.reserve(self._stopping)
             if reservation is None:
                 return
+            if not self._receiver.still_pulling(self._sub):
+                # The run ended, or showed the subscription drained, while this puller waited for
+                # room: that room may be the one of messages just handed back, which a Pull sent now
+                # would take again (Pub/Sub redelivers them at once), a delivery attempt each.
+                self._flow.cancel(reservation)
+                continue
             held_back = time.monotonic() - asked > HELD_BACK_SECONDS
             try:
                 response, sent = self._pull(reservation.messages)

@@ -206,12 +206,21 @@ class Receiver:
         ended (what a Pull brings then is only handed back).
         """
         with self._cond:
-            if self._ended or (
-                self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at)  # drained
-            ):
+            if not self._pulling_locked(sub):
                 self._cond.wait(0.5)
                 return False
         return not self._stopping.is_set()
+
+    def still_pulling(self, sub: str) -> bool:
+        """Whether a Pull of ``sub`` is still wanted, without waiting (see :meth:`wait_until_pulling`)."""
+        with self._cond:
+            return self._pulling_locked(sub) and not self._stopping.is_set()
+
+    def _pulling_locked(self, sub: str) -> bool:
+        return not (
+            self._ended
+            or (self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at))  # drained
+        )
 
     def sending(self, sub: str) -> Sent:
         """Return the :class:`Sent` of a Pull a puller is about to send on ``sub``.
