@@ -51,6 +51,20 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+def pytest_configure(config):
+    """Spark drivers start from a class-data archive (tests/jvm_archive.py): built here once, before
+    xdist's workers start, unless the run starts no Spark (the fast tier) or it is turned off."""
+    import jvm_archive
+
+    if not jvm_archive.enabled() or "not integration" in (config.getoption("markexpr", "") or ""):
+        return
+    path = jvm_archive.archive_path()
+    if not path.exists() and not hasattr(config, "workerinput"):
+        jvm_archive.build(path)
+    if path.exists():
+        jvm_archive.use(path)
+
+
 @pytest.fixture(scope="session")
 def emulator_host() -> Iterator[str]:
     from emulator_policy import start_emulator_or_skip

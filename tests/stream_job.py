@@ -144,7 +144,10 @@ def main() -> int:
             builder.config("spark.pyspark.python", sys.executable)
             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
             .config("spark.executor.memory", "512m")
-            .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config(
+                "spark.executor.extraJavaOptions",
+                f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {os.environ.get('CRDB_PUBSUB_JVM_ARCHIVE_OPTS', '')}".strip(),
+            )
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(args.log_level)
