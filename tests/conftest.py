@@ -36,6 +36,11 @@ _ONE_WORKER = {
 
 
 def pytest_collection_modifyitems(config, items):
+    # The simulation's verdicts last: in the whole suite its sweep runs beside the other tests
+    # (tests/sim/background.py), and a worker that reaches them waits for what is left of it.
+    items.sort(
+        key=lambda i: getattr(i, "originalname", "") == "test_nothing_lost_nothing_twice_in_every_simulated_world"
+    )
     for item in items:
         group = _ONE_WORKER.get(os.path.basename(str(item.fspath)))
         if group:
@@ -52,17 +57,39 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def pytest_configure(config):
-    """Spark drivers start from a class-data archive (tests/jvm_archive.py): built here once, before
-    xdist's workers start, unless the run starts no Spark (the fast tier) or it is turned off."""
+    """Before xdist's workers start: Spark drivers start from a class-data archive
+    (tests/jvm_archive.py; built once, in the background, unless the run starts no Spark, as in
+    the fast tier, or it is turned off); and for the whole suite on xdist, the simulation starts
+    beside it (tests/sim/background.py)."""
     import jvm_archive
 
-    if not jvm_archive.enabled() or "not integration" in (config.getoption("markexpr", "") or ""):
-        return
-    path = jvm_archive.archive_path()
-    if not path.exists() and not hasattr(config, "workerinput"):
-        jvm_archive.build(path)
-    if path.exists():
+    controller = not hasattr(config, "workerinput")
+    whole_suite = (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.getoption("keyword", "")
+        and not config.getoption("markexpr", "")
+    )
+    if controller and whole_suite and config.getoption("numprocesses", None):
+        from sim import background
+        from sim.test_simulation import FIRST, SEEDS
+
+        config._crdb_pubsub_sim = background.start(FIRST, SEEDS)
+    if jvm_archive.enabled() and "not integration" not in (config.getoption("markexpr", "") or ""):
+        path = jvm_archive.archive_path()
+        if not path.exists() and controller:
+            config._crdb_pubsub_jvm_archive = jvm_archive.build_in_background(path)
         jvm_archive.use(path)
+
+
+def pytest_unconfigure(config):
+    proc = getattr(config, "_crdb_pubsub_sim", None)
+    if proc is not None:
+        from sim import background
+
+        background.stop(proc)
+    build = getattr(config, "_crdb_pubsub_jvm_archive", None)
+    if build is not None:
+        build.wait()  # the next run's drivers start from it
 
 
 @pytest.fixture(scope="session")

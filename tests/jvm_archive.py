@@ -7,9 +7,10 @@ session took 8.5 s to start and 4.6 s to run its first job; from the archive, 3.
 Nothing about what the tests check changes: the archive holds class metadata only, and a JVM that
 cannot use it (another JDK, other jars) starts as it would without it.
 
-``python tests/jvm_archive.py`` builds the archive for this venv's pyspark (the conftest does it
-once before a run that starts Spark, under ``~/.cache/crdb-pubsub``); ``CRDB_PUBSUB_JVM_ARCHIVE=0``
-turns it off. Every driver started from the test process or its children gets the archive through
+``python tests/jvm_archive.py`` builds the archive for this venv's pyspark under
+``~/.cache/crdb-pubsub`` unless it is there (~1 min; ``.ci/run`` does it for the smoke runs' venvs
+while the main suite runs); a run that starts Spark without it builds it in the background, its
+first drivers starting without; ``CRDB_PUBSUB_JVM_ARCHIVE=0`` turns it off. Every driver started from the test process or its children gets the archive through
 ``SPARK_SUBMIT_OPTS`` (the launcher adds it to the driver JVM's options); a job that starts executor
 JVMs of its own (``local-cluster``) adds ``CRDB_PUBSUB_JVM_ARCHIVE_OPTS`` to theirs.
 """
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 # Without the log options a JVM that cannot map the archive says so on its stdout, which some tests read.
@@ -52,10 +54,20 @@ def use(path: Path) -> None:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {flags}".strip()
 
 
+def build_in_background(path: Path) -> subprocess.Popen:
+    """Build ``path`` in a process of its own; JVMs started before it is there start without it."""
+    return subprocess.Popen(
+        [sys.executable, __file__, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
 def build(path: Path, timeout: float = 300) -> bool:
     """Run a small Spark workload whose JVM writes the classes it loaded to ``path`` at exit; the
     file appears whole or not at all (written beside it, then renamed). Whether it was built."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob("*.jsa.tmp"):  # a build killed before it could clean up
+        if time.time() - stale.stat().st_mtime > 3600:
+            stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".jsa.tmp")
     os.close(fd)
     os.unlink(tmp)
@@ -151,5 +163,6 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--workload"]:
         _workload()
     else:
-        target = archive_path()
-        print(f"{'built' if build(target) else 'NOT built'}: {target}")
+        target = Path(sys.argv[1]) if sys.argv[1:] else archive_path()
+        if not target.exists():
+            print(f"{'built' if build(target) else 'NOT built'}: {target}")
