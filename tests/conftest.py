@@ -35,15 +35,7 @@ _ONE_WORKER = {
 }
 
 
-SIM_WORLDS = "test_nothing_lost_nothing_twice_in_every_simulated_world"
-
-
 def pytest_collection_modifyitems(config, items):
-    # The simulation's verdicts last when its sweep runs beside the whole suite (tests/sim/background.py):
-    # a worker that reaches them waits for what is left of it. Elsewhere (the fast tier, a chosen
-    # few) they run their sweeps themselves, where the collection puts them.
-    if os.environ.get("CRDB_PUBSUB_SIM_BACKGROUND"):
-        items.sort(key=lambda i: getattr(i, "originalname", "") == SIM_WORLDS)
     for item in items:
         group = _ONE_WORKER.get(os.path.basename(str(item.fspath)))
         if group:
@@ -61,22 +53,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 def pytest_configure(config):
     """Before xdist's workers start: Spark drivers start from a class-data archive
-    (tests/jvm_archive.py; built once, in the background, unless the run starts no Spark, as in
-    the fast tier, or it is turned off); and for the whole suite on xdist, the simulation starts
-    beside it (tests/sim/background.py)."""
+    (tests/jvm_archive.py), built once, in the background, unless the run starts no Spark (the
+    fast tier) or it is turned off."""
     import jvm_archive
 
     controller = not hasattr(config, "workerinput")
-    whole_suite = (
-        config.args_source == pytest.Config.ArgsSource.TESTPATHS
-        and not config.getoption("keyword", "")
-        and not config.getoption("markexpr", "")
-    )
-    if controller and whole_suite and config.getoption("numprocesses", None):
-        from sim import background
-        from sim.test_simulation import FIRST, SEEDS
-
-        config._crdb_pubsub_sim = background.start(FIRST, SEEDS)
     if jvm_archive.enabled() and "not integration" not in (config.getoption("markexpr", "") or ""):
         path = jvm_archive.archive_path()
         if not path.exists() and controller:
@@ -85,11 +66,6 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    proc = getattr(config, "_crdb_pubsub_sim", None)
-    if proc is not None:
-        from sim import background
-
-        background.stop(proc)
     build = getattr(config, "_crdb_pubsub_jvm_archive", None)
     if build is not None:
         build.wait()  # the next run's drivers start from it

@@ -5,12 +5,13 @@ times, the smoke runs do the same on every Spark), and on two cores a driver's s
 the JVM loading and verifying Spark's ~15,000 classes: measured here (JDK 17, pyspark 4.3), a
 session took 8.5 s to start and 4.6 s to run its first job; from the archive, 3.8 s and 1.8 s.
 Nothing about what the tests check changes: the archive holds class metadata only, and a JVM that
-cannot use it (another JDK, other jars) starts as it would without it.
+cannot use it (not built yet, another JDK, other jars) starts without class sharing, a second or
+so slower than the JDK's default.
 
 ``python tests/jvm_archive.py`` builds the archive for this venv's pyspark under
-``~/.cache/crdb-pubsub`` unless it is there (~1 min; ``.ci/run`` does it for the smoke runs' venvs
-while the main suite runs); a run that starts Spark without it builds it in the background, its
-first drivers starting without; ``CRDB_PUBSUB_JVM_ARCHIVE=0`` turns it off. Every driver started from the test process or its children gets the archive through
+``~/.cache/crdb-pubsub`` unless it is there (~1 min); a run that starts Spark without it builds it
+in the background, its first drivers starting without; ``CRDB_PUBSUB_JVM_ARCHIVE=0`` turns it off.
+Every driver started from the test process or its children gets the archive through
 ``SPARK_SUBMIT_OPTS`` (the launcher adds it to the driver JVM's options); a job that starts executor
 JVMs of its own (``local-cluster``) adds ``CRDB_PUBSUB_JVM_ARCHIVE_OPTS`` to theirs.
 """
@@ -56,9 +57,7 @@ def use(path: Path) -> None:
 
 def build_in_background(path: Path) -> subprocess.Popen:
     """Build ``path`` in a process of its own; JVMs started before it is there start without it."""
-    return subprocess.Popen(
-        [sys.executable, __file__, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    return subprocess.Popen([sys.executable, __file__, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def build(path: Path, timeout: float = 300) -> bool:
