@@ -57,6 +57,8 @@ def pytest_configure(config):
     fast tier) or it is turned off."""
     import jvm_archive
 
+    if os.environ.get("CRDB_PUBSUB_JVM_ARCHIVE_OPTS"):
+        return  # an xdist worker: the controller already pointed the drivers at the archive
     controller = not hasattr(config, "workerinput")
     if jvm_archive.enabled() and "not integration" not in (config.getoption("markexpr", "") or ""):
         path = jvm_archive.archive_path()

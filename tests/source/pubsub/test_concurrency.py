@@ -46,3 +46,10 @@ def test_windows_where_the_flow_control_held_pullers_back_are_not_judged():
     c = Concurrency(2, 0.0)
     assert _run(c, latency=0.025, service=0.0005, rate_of=lambda p: p * 12_000, held_back=True) == [2]
     assert not c.settled
+
+
+def test_a_pull_of_about_a_second_still_ramps_up():
+    # A receiver=executors task pulls its share for about a second: on the service's terms its
+    # Pulls in flight must double within that second, not after it.
+    c = Concurrency(2, 0.0)
+    assert _run(c, latency=0.025, service=0.0005, rate_of=lambda p: p * 12_000, seconds=1.0) == [2, 4, 8, 16]
