@@ -44,13 +44,18 @@ _ONE_WORKER = {
 _SWEEP = "tests/sim/test_simulation.py::test_nothing_lost_nothing_twice_in_every_simulated_world"
 
 
+def _fast_tier(config) -> bool:
+    """Whether this run is the fast tier (``tests/run.sh --fast`` selects ``-m "not integration"``)."""
+    return "not integration" in (config.getoption("markexpr", "") or "")
+
+
 def _sweeps_first(items: list) -> None:
     sweeps = sorted((i for i in items if i.nodeid.startswith(_SWEEP)), key=lambda i: "[executors" not in i.nodeid)
     items[:] = sweeps + [i for i in items if not i.nodeid.startswith(_SWEEP)]
 
 
 def pytest_collection_modifyitems(config, items):
-    if "not integration" in (config.getoption("markexpr", "") or ""):
+    if _fast_tier(config):
         _sweeps_first(items)
     for item in items:
         group = _ONE_WORKER.get(os.path.basename(str(item.fspath)))
@@ -76,7 +81,7 @@ def pytest_configure(config):
     if os.environ.get("CRDB_PUBSUB_JVM_ARCHIVE_OPTS"):
         return  # an xdist worker: the controller already pointed the drivers at the archive
     controller = not hasattr(config, "workerinput")
-    if jvm_archive.enabled() and "not integration" not in (config.getoption("markexpr", "") or ""):
+    if jvm_archive.enabled() and not _fast_tier(config):
         path = jvm_archive.archive_path()
         if not path.exists() and controller:
             config._crdb_pubsub_jvm_archive = jvm_archive.build_in_background(path)
