@@ -70,13 +70,21 @@ class Scheduler:
     a thread switched out gets the CPU back only after a while: this long on average (seconds,
     exponential), while the other threads run and the clock moves on (answers arrive, leases run
     down) with whatever locks it holds still held. 0: it is only passed over.
+
+    ``slice`` (tests on a virtual clock, ``tests/virtual_time.py``; 0 in the simulated worlds, whose
+    runs are functions of their seeds): the clock also moves with the real time the threads run,
+    and a thread that runs longer than this many seconds without waiting is switched out at its
+    next lock or clock reading. A loop that polls without sleeping then runs as it would for real;
+    sleeps and waits still cost nothing.
     """
 
-    def __init__(self, seed: int, *, preempt: float = 0.05, stall: float = 0.0) -> None:
+    def __init__(self, seed: int, *, preempt: float = 0.05, stall: float = 0.0, slice: float = 0.0) -> None:
         self.rng = _real_random.Random(f"scheduler-{seed}")
         self.now = 0.0
         self.preempt = preempt
         self.stall = stall
+        self.slice = slice
+        self._switched_in = 0.0
         self._until_preempt = 1 + int(self.rng.expovariate(preempt)) if preempt else 0
         self.closed = False
         self.switches = 0
@@ -115,9 +123,20 @@ class Scheduler:
         self._ready.append(t)
 
     def run(
-        self, main: Callable[[], Any], process: Process, *, max_time: float = 1e9, max_switches: int = 10**8
+        self,
+        main: Callable[[], Any],
+        process: Process,
+        *,
+        max_time: float = 1e9,
+        max_switches: int = 10**8,
+        stuck_raises_in_main: bool = False,
     ) -> Any:
-        """Run ``main`` as the first thread of ``process`` until it returns; return its result."""
+        """Run ``main`` as the first thread of ``process`` until it returns; return its result.
+
+        A run that is stuck (a deadlock, ``max_time`` passed) raises here, or, with
+        ``stuck_raises_in_main``, in ``main``'s thread where it waits, so that ``main`` reports it and
+        goes on (a test's teardown after its failure: ``tests/virtual_time.py``).
+        """
         self._hub = greenlet.getcurrent()
         box: dict[str, Any] = {}
 
@@ -129,6 +148,7 @@ class Scheduler:
 
         root = SimThread(self, body, name="spark", process=process)
         root.start()
+        limit = max_time
         try:
             while not root._finished:
                 if self._ready:
@@ -138,28 +158,53 @@ class Scheduler:
                     self.switches += 1
                     if self.switches > max_switches:
                         raise AssertionError(f"simulation ran {max_switches} switches without ending (livelock?)")
-                    t._glet.switch()
+                    if self.slice:
+                        self._switched_in = _real_time.perf_counter()
+                        t._glet.switch()
+                        self.now += _real_time.perf_counter() - self._switched_in
+                        self._fire_timers()
+                    else:
+                        t._glet.switch()
                     continue
+                stuck: BaseException | None = None
                 if not self._timers:
                     blocked = [f"{t.name}: {t.blocked_on}" for p in self._processes() for t in p.threads if t.waiting]
-                    raise Deadlock("every thread is blocked and no timer is set:\n  " + "\n  ".join(blocked))
+                    stuck = Deadlock("every thread is blocked and no timer is set:\n  " + "\n  ".join(blocked))
+                elif self._timers[0][0] > limit:
+                    stuck = AssertionError(f"simulation passed {max_time:.0f} s of virtual time without ending")
+                if stuck is not None:
+                    if not stuck_raises_in_main or not root.waiting:
+                        raise stuck
+                    root.waiting = False
+                    root._gen += 1
+                    limit = self.now + max_time  # as long again for what main does next
+                    self.switches += 1
+                    root._glet.throw(stuck)
+                    continue
                 at = self._timers[0][0]
                 while self.probes and self.probes[0][0] <= at:
                     self.probes.pop(0)[1]()  # a look at the world from outside it (replays)
-                if at > max_time:
-                    raise AssertionError(f"simulation passed {max_time:.0f} s of virtual time without ending")
                 self.now = max(self.now, at)
-                while self._timers and self._timers[0][0] <= self.now:
-                    _, _, t, gen = heapq.heappop(self._timers)
-                    if t.waiting and t._gen == gen:
-                        t.waiting = False
-                        t._woken = False
-                        self._ready.append(t)
+                self._fire_timers()
         finally:
             self.close()
         if "error" in box:
             raise box["error"]
         return box.get("result")
+
+    def _fire_timers(self) -> None:
+        while self._timers and self._timers[0][0] <= self.now:
+            _, _, t, gen = heapq.heappop(self._timers)
+            if t.waiting and t._gen == gen:
+                t.waiting = False
+                t._woken = False
+                self._ready.append(t)
+
+    def tick(self) -> None:
+        """With ``slice``: switch the calling thread out if it has run its slice (see the class)."""
+        inside = getattr(_getcurrent(), "thread", None) is not None
+        if self.slice and inside and _real_time.perf_counter() - self._switched_in > self.slice:
+            self.yield_()
 
     def _processes(self) -> list[Process]:
         seen: dict[int, Process] = {}
@@ -272,6 +317,8 @@ class Scheduler:
     def maybe_preempt(self) -> None:
         # A countdown drawn geometrically: one random draw per preemption, not per lock.
         self._until_preempt -= 1
+        if self.slice:
+            self.tick()
         if self._until_preempt <= 0 and self.preempt:
             self._until_preempt = 1 + int(self.rng.expovariate(self.preempt))
             if self._hub is not None:
@@ -376,7 +423,7 @@ class SimLock:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         s = self._sched
         me = s.current()
-        if s.preempt:
+        if s.preempt or s.slice:
             s.maybe_preempt()
         end = None if timeout is None or timeout < 0 else s.now + timeout
         while self._owner is not None:
@@ -632,11 +679,20 @@ def namespaces(sched: Scheduler, seed: int) -> dict[str, Any]:
         skew = t.process.skew if t is not None and t.process is not None else 0.0
         return WALL_EPOCH + sched.now + skew
 
+    def now() -> float:
+        sched.tick()  # a thread polling the clock in a loop lets the others run (``slice``)
+        return sched.now
+
+    if not sched.slice:
+        now = lambda: sched.now  # noqa: E731 - the simulated worlds: reading the clock changes nothing
+
+    class Thread(SimThread):  # a class, as ``threading.Thread`` is (``isinstance`` works)
+        def __init__(self, target=None, name=None, args=(), kwargs=None, *, daemon=None) -> None:
+            super().__init__(sched, target, name, args, kwargs, daemon=daemon)
+
     threading_ns = _Namespace(
         _real_threading,
-        Thread=lambda target=None, name=None, args=(), kwargs=None, *, daemon=None: SimThread(
-            sched, target, name, args, kwargs, daemon=daemon
-        ),
+        Thread=Thread,
         Lock=lambda: SimLock(sched),
         RLock=lambda: SimRLock(sched),
         Condition=lambda lock=None: SimCondition(sched, lock),
@@ -649,8 +705,8 @@ def namespaces(sched: Scheduler, seed: int) -> dict[str, Any]:
     )
     time_ns = _Namespace(
         _real_time,
-        monotonic=lambda: sched.now,
-        perf_counter=lambda: sched.now,
+        monotonic=now,
+        perf_counter=now,
         time=wall,
         time_ns=lambda: int(wall() * 1e9),
         monotonic_ns=lambda: int(sched.now * 1e9),

@@ -23,7 +23,7 @@ import pkgutil
 import random
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -236,22 +236,20 @@ def _source_modules() -> list[Any]:
     return [m for name, m in sorted(sys.modules.items()) if name.startswith("crdb_pubsub.source") and m is not None]
 
 
-@contextlib.contextmanager
-def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimStorage) -> Iterator[None]:
-    """Run the source's modules on the simulated threads, clock, Pub/Sub and storage (restored on exit)."""
+def virtualize(sched: S.Scheduler, seed: int, modules: list[Any], patch: Callable[[Any, str, Any], None]) -> None:
+    """Run ``modules`` on ``sched``'s threads and clock: its ``threading``/``time``/``queue``/``random``
+    in place of the real ones (and in the defaults of functions that took the real clocks), the
+    source's two TCP listeners (the decode report's, receiver=executors' seen-ids server) as calls.
+
+    ``patch(obj, attr, value)`` sets an attribute and remembers how to put it back. Shared by the
+    simulated worlds and the tests on a virtual clock (``tests/virtual_time.py``).
+    """
     ns = S.namespaces(sched, seed)
     real_clocks = {
         id(S.REAL["time"].monotonic): ns["time"].monotonic,
         id(S.REAL["time"].time): ns["time"].time,
         id(S.REAL["time"].sleep): ns["time"].sleep,
     }
-    undo: list[tuple[Any, str, Any]] = []
-
-    def patch(obj: Any, attr: str, value: Any) -> None:
-        undo.append((obj, attr, getattr(obj, attr)))
-        setattr(obj, attr, value)
-
-    modules = _source_modules()
     for mod in modules:
         for attr, real in S.REAL.items():
             if getattr(mod, attr, None) is real:
@@ -263,31 +261,8 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
                 patch(fn, "__kwdefaults__", {k: real_clocks.get(id(d), d) for k, d in fn.__kwdefaults__.items()})
 
     import crdb_pubsub.source.core.protocol as protocol
-    import crdb_pubsub.source.executors.task as task
-    import crdb_pubsub.source.lifecycle as lifecycle
-    import crdb_pubsub.source.state.ledger as ledger
-    import crdb_pubsub.source.storage as storage_pkg
-    import crdb_pubsub.source.storage.lease as lease
-    import crdb_pubsub.source.transport as transport
 
-    patch(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
-    for mod in (storage_pkg, ledger, task):
-        patch(mod, "open_storage", lambda url: storage)
-    patch(task, "_RPCS", {})
-    patch(task, "_STORAGES", {})
-    patch(task, "_LEARNED", {})
     patch(protocol, "StatsServer", _NoStats)
-    import crdb_pubsub.source.pubsub.acker as acker
-
-    submit = acker.Acker.submit
-
-    def submitted(self: Any, job: Any) -> None:
-        service.let_go(
-            job.sub, job.ack_ids, acked=job.kind == "ack"
-        )  # what the source holds no more, from now (the checker's bounds)
-        submit(self, job)
-
-    patch(acker.Acker, "submit", submitted)
     # receiver=executors: a task asks the driver-side reader which messages it must not yield
     # (executors/seen.py, TCP in production): here a call, with a round trip, that fails when
     # the reader's process is gone.
@@ -323,6 +298,92 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
 
         patch(executors_mode, "SeenServer", SimSeenServer)
         patch(seen, "ask", ask)
+    _virtual_handoff(sched, patch)
+
+
+def _virtual_handoff(sched: S.Scheduler, patch: Callable[[Any, str, Any], None]) -> None:
+    """batchTransfer=fetch: a task fetches its partition from the driver-side reader (driver/handoff.py,
+    TCP in production): here a call that finds the payload the reader offered, with a round trip."""
+    import crdb_pubsub.source.driver.handoff as handoff
+    import crdb_pubsub.source.driver.mode as driver_mode
+
+    served: dict[str, Any] = {}
+
+    class SimBatchServer:
+        def __init__(self) -> None:
+            self.token = f"handoff-{len(served)}"
+            self.addresses = ("sim:0",)
+            self._payloads: dict[tuple[int, int], Any] = {}
+            self._process = sched.process()
+            served[self.token] = self
+
+        def offer(self, batch_id: int, payloads: list[Any]) -> list[Any]:
+            for i, payload in enumerate(payloads):
+                self._payloads[(batch_id, i)] = payload
+            return [
+                handoff.Ticket(self.addresses, batch_id, i, p.size, self.token, b"", b"")
+                for i, p in enumerate(payloads)
+            ]
+
+        def withdraw(self, batch_ids: list[int]) -> None:
+            for k in [k for k in self._payloads if k[0] in set(batch_ids)]:
+                del self._payloads[k]
+
+        def close(self) -> None:
+            served.pop(self.token, None)
+
+    def fetch(ticket: Any) -> Any:
+        sched.check()
+        sched.sleep(0.001)
+        server = served.get(ticket.token)
+        payload = None
+        if server is not None and server._process.alive:
+            payload = server._payloads.get((ticket.batch_id, ticket.index))
+        if payload is None:
+            raise handoff.HandoffError(
+                f"crdb_pubsub: could not fetch batch {ticket.batch_id} partition {ticket.index} (simulated)"
+            )
+        return payload
+
+    patch(driver_mode, "BatchServer", SimBatchServer)
+    patch(handoff, "fetch", fetch)
+
+
+@contextlib.contextmanager
+def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimStorage) -> Iterator[None]:
+    """Run the source's modules on the simulated threads, clock, Pub/Sub and storage (restored on exit)."""
+    undo: list[tuple[Any, str, Any]] = []
+
+    def patch(obj: Any, attr: str, value: Any) -> None:
+        undo.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, value)
+
+    virtualize(sched, seed, _source_modules(), patch)
+
+    import crdb_pubsub.source.executors.task as task
+    import crdb_pubsub.source.lifecycle as lifecycle
+    import crdb_pubsub.source.state.ledger as ledger
+    import crdb_pubsub.source.storage as storage_pkg
+    import crdb_pubsub.source.storage.lease as lease
+    import crdb_pubsub.source.transport as transport
+
+    patch(transport, "subscriber_client", lambda host=None, credentials=None, **kw: service.client())
+    for mod in (storage_pkg, ledger, task):
+        patch(mod, "open_storage", lambda url: storage)
+    patch(task, "_RPCS", {})
+    patch(task, "_STORAGES", {})
+    patch(task, "_LEARNED", {})
+    import crdb_pubsub.source.pubsub.acker as acker
+
+    submit = acker.Acker.submit
+
+    def submitted(self: Any, job: Any) -> None:
+        service.let_go(
+            job.sub, job.ack_ids, acked=job.kind == "ack"
+        )  # what the source holds no more, from now (the checker's bounds)
+        submit(self, job)
+
+    patch(acker.Acker, "submit", submitted)
     here = S._Namespace(__import__("os"), getpid=lambda: sched.process().pid)
     patch(lease, "os", here)
     patch(lease, "socket", S._Namespace(__import__("socket"), gethostname=lambda: sched.process().host))
