@@ -67,6 +67,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
 
 
+def _on_virtual_time(item) -> bool:
+    """A test marked ``virtual_time`` runs on the virtual clock (tests/virtual_time.py), unless it is
+    also integration: it talks to a real server (its Cloud Storage variant, say) or says so itself
+    (a test of a module marked virtual_time that must wait for real): then it waits for real."""
+    return item.get_closest_marker("virtual_time") is not None and item.get_closest_marker("integration") is None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _on_virtual_time(item):
+        return None
+    from virtual_time import run_protocol
+
+    run_protocol(item, nextitem)
+    return True
+
+
 # Spark's Python workers run `python3` from PATH unless told otherwise: point them at this venv.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
