@@ -12,6 +12,10 @@ from spark_calls import Logs, SparkCalls
 
 SUB = "projects/p/subscriptions/acks"
 
+# The fake's waits and the source's on the virtual clock (tests/virtual_time.py): the 35 s
+# end-of-run acknowledgement bound costs no waiting. The emulator's test waits for real.
+pytestmark = pytest.mark.virtual_time
+
 
 def body(i: int) -> bytes:
     return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode()
@@ -46,7 +50,6 @@ def test_metrics_report_acks_as_pubsub_answered(fake, make_reader):
     assert (m["acknowledged"], m["ackConfirmed"], m["ackFailed"]) == (30, 0, 30), m
 
 
-@pytest.mark.integration  # waits out the 35 s end-of-run acknowledgement bound
 def test_acks_that_never_landed_are_remembered_with_state_dir(fake, make_reader, tmp_path, monkeypatch):
     """Scenario 6: a scheduled AvailableNow job ends while Pub/Sub refuses its acknowledgements. The
     messages come back hours later, past any dedupe window; with stateDir they were kept as

@@ -15,6 +15,8 @@ from crdb_pubsub.decode import decode_messages
 from crdb_pubsub.decode.schema import COLUMN_NAMES, arrow_schema, spark_schema
 from crdb_pubsub.source.options import OptionError, parse_options
 
+pytestmark = pytest.mark.virtual_time  # the fake's waits and the source's on the virtual clock (tests/virtual_time.py)
+
 SUB = "projects/p/subscriptions/sub-x"
 WANTED = "kind,table_name,key,after,mvcc_timestamp,error"
 

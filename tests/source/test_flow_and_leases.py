@@ -18,7 +18,7 @@ def body(i: int, pad: int = 0) -> bytes:
     return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}{filler}}}}},"Topic":"t"}}'.encode()
 
 
-@pytest.mark.integration  # lets leases lapse in real time
+@pytest.mark.virtual_time  # lets leases lapse (tests/virtual_time.py)
 def test_available_now_on_a_live_topic_ends_within_bounds(fake, make_reader):
     """Scenario 3: a steady publisher never lets a Pull come back empty. The AvailableNow run still
     ends, reads the whole backlog published before it started, never holds more than
@@ -61,7 +61,7 @@ def test_available_now_on_a_live_topic_ends_within_bounds(fake, make_reader):
     assert not repeated, f"{len(repeated)} live messages delivered more than twice, e.g. {list(repeated.items())[:3]}"
 
 
-@pytest.mark.integration  # holds Pulls for seconds
+@pytest.mark.virtual_time  # holds Pulls for seconds
 def test_a_slow_pull_is_not_an_empty_subscription(fake, make_reader):
     """Scenario 3, conversely: against the real service a Pull that times out proves nothing (the
     service may hold a Pull until the deadline). AvailableNow must not take it for 'drained'."""
@@ -79,7 +79,7 @@ def test_a_slow_pull_is_not_an_empty_subscription(fake, make_reader):
     assert sorted(s.ids()) == sorted(ids), "AvailableNow ended before reading the backlog"
 
 
-@pytest.mark.integration  # drains through a slow sink in real time
+@pytest.mark.virtual_time  # drains through a slow sink
 def test_byte_budget_never_nacks_for_lack_of_room(fake, make_reader):
     """Scenario 4: a small maxOutstandingBytes and a busy sink. Pulls are sized by bytes too, so the
     receiver never takes more than it can hold and never hands messages back for lack of room
@@ -102,7 +102,7 @@ def test_byte_budget_never_nacks_for_lack_of_room(fake, make_reader):
     assert not again, f"{len(again)} messages delivered more than once"
 
 
-@pytest.mark.integration  # waits out a real max lease
+@pytest.mark.virtual_time  # waits out a max lease
 def test_lease_duration_is_bounded_from_the_first_receipt(fake, make_reader):
     """Scenario 9: maxLeaseDurationSeconds counts from a message's first receipt. A redelivery of a
     message the receiver still holds must not start its lease clock again."""

@@ -24,7 +24,7 @@ SUB = "projects/p/subscriptions/promise"
 MODES = ["driver", "executors"]
 DEADLINE = 2  # the subscription's ack deadline and ackDeadlineSeconds: a lapse shows in seconds
 
-pytestmark = pytest.mark.integration  # each scenario waits out real leases (seconds)
+pytestmark = pytest.mark.virtual_time  # each scenario waits out leases (seconds of the virtual clock)
 
 
 def body(i: int) -> bytes:
@@ -361,6 +361,9 @@ def test_available_now_on_a_live_topic_delivers_each_message_about_once(fake, ma
 # ----------------------------------------------------------------------------- finding 6
 
 
+# On the virtual clock its count grew by 32 once in the fast tier (the bound is 30; 0-11 in other
+# runs): it waits for real until that is understood.
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", MODES)
 def test_per_batch_state_goes_when_its_batch_commits(fake, make_reader, tmp_path, mode):
     """A long-running query keeps no state per committed batch: the objects its driver-side reader

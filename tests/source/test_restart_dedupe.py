@@ -17,7 +17,7 @@ def body(i: int) -> bytes:
     return f'{{"Key":[{i}],"Value":{{"after": {{"id": {i}}}}},"Topic":"t"}}'.encode()
 
 
-@pytest.mark.integration  # waits out real expiry times
+@pytest.mark.virtual_time  # waits out expiry times (tests/virtual_time.py)
 def test_recovered_ids_keep_their_own_expiry(fake, make_reader, tmp_path, monkeypatch):
     fake.create_subscription(SUB, ack_deadline=8)
     shift = {"seconds": 0.0}

@@ -16,6 +16,8 @@ import pytest
 from polling import wait_for
 from spark_calls import Logs, SparkCalls, ids_of
 
+pytestmark = pytest.mark.virtual_time  # the fake's waits and the source's on the virtual clock (tests/virtual_time.py)
+
 SUB = "projects/p/subscriptions/offsets"
 
 

@@ -13,6 +13,8 @@ from crdb_pubsub.source.executors import task
 from crdb_pubsub.source.executors.orders import SliceOrder
 from crdb_pubsub.source.options import parse_options
 
+pytestmark = pytest.mark.virtual_time  # the fake's waits and the source's on the virtual clock (tests/virtual_time.py)
+
 SUB = "projects/p/subscriptions/in-flight"
 
 
