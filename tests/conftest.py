@@ -100,8 +100,14 @@ def pytest_configure(config):
     controller = not hasattr(config, "workerinput")
     if jvm_archive.enabled() and not _fast_tier(config):
         path = jvm_archive.archive_path()
-        if not path.exists() and controller:
-            config._crdb_pubsub_jvm_archive = jvm_archive.build_in_background(path)
+        if not path.exists():
+            # A smoke run uses an archive that is there but builds none: where none is built yet
+            # (CI's fresh machine), four smoke runs at once each building its own took 558 s, and
+            # no build finished in time for a driver to use it; without building, 429 s (2026-11-28).
+            if os.environ.get("CRDB_PUBSUB_SMOKE") == "1":
+                return
+            if controller:
+                config._crdb_pubsub_jvm_archive = jvm_archive.build_in_background(path)
         jvm_archive.use(path)
 
 
