@@ -33,7 +33,7 @@ def run_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     from _pytest.runner import runtestprotocol
 
     from sim import scheduler as S
-    from sim.world import _source_modules, virtualize
+    from sim.world import source_modules, virtualize
 
     seed = zlib.crc32(item.nodeid.encode())
     sched = S.Scheduler(seed, preempt=0.0, slice=SLICE_SECONDS)
@@ -44,7 +44,7 @@ def run_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
         setattr(obj, attr, value)
 
     helpers = [sys.modules[name] for name in HELPER_MODULES if name in sys.modules]
-    modules = _source_modules() + helpers + [item.module]
+    modules = source_modules() + helpers + [item.module]
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     virtualize(sched, seed, modules, patch)
     try:

@@ -228,7 +228,8 @@ class Record:
 # ----------------------------------------------------------------------------- installing the world
 
 
-def _source_modules() -> list[Any]:
+def source_modules() -> list[Any]:
+    """Every module of ``crdb_pubsub.source``, imported: what runs on the simulated threads and clock."""
     import crdb_pubsub.source as pkg
 
     for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
@@ -358,7 +359,7 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
         undo.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, value)
 
-    virtualize(sched, seed, _source_modules(), patch)
+    virtualize(sched, seed, source_modules(), patch)
 
     import crdb_pubsub.source.executors.task as task
     import crdb_pubsub.source.lifecycle as lifecycle
