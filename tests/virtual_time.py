@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 import zlib
-from typing import Any
 
 import pytest
 
@@ -33,28 +32,19 @@ def run_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     from _pytest.runner import runtestprotocol
 
     from sim import scheduler as S
-    from sim.world import source_modules, virtualize
+    from sim.world import patching, source_modules, virtualize
 
     seed = zlib.crc32(item.nodeid.encode())
     sched = S.Scheduler(seed, preempt=0.0, slice=SLICE_SECONDS)
-    undo: list[tuple[Any, str, Any]] = []
-
-    def patch(obj: Any, attr: str, value: Any) -> None:
-        undo.append((obj, attr, getattr(obj, attr)))
-        setattr(obj, attr, value)
-
     helpers = [sys.modules[name] for name in HELPER_MODULES if name in sys.modules]
     modules = source_modules() + helpers + [item.module]
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    virtualize(sched, seed, modules, patch)
-    try:
+    with patching() as patch:
+        virtualize(sched, seed, modules, patch)
         sched.run(
             lambda: runtestprotocol(item, nextitem=nextitem, log=True),
             S.Process("test"),
             max_time=MAX_VIRTUAL_SECONDS,
             stuck_raises_in_main=True,
         )
-    finally:
-        for obj, attr, value in reversed(undo):
-            setattr(obj, attr, value)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)

@@ -237,13 +237,30 @@ def source_modules() -> list[Any]:
     return [m for name, m in sorted(sys.modules.items()) if name.startswith("crdb_pubsub.source") and m is not None]
 
 
+@contextlib.contextmanager
+def patching() -> Iterator[Callable[[Any, str, Any], None]]:
+    """``patch(obj, attr, value)``: set an attribute; every one set is put back on exit, last first."""
+    undo: list[tuple[Any, str, Any]] = []
+
+    def patch(obj: Any, attr: str, value: Any) -> None:
+        undo.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, value)
+
+    try:
+        yield patch
+    finally:
+        for obj, attr, value in reversed(undo):
+            setattr(obj, attr, value)
+
+
 def virtualize(sched: S.Scheduler, seed: int, modules: list[Any], patch: Callable[[Any, str, Any], None]) -> None:
     """Run ``modules`` on ``sched``'s threads and clock: its ``threading``/``time``/``queue``/``random``
     in place of the real ones (and in the defaults of functions that took the real clocks), the
-    source's two TCP listeners (the decode report's, receiver=executors' seen-ids server) as calls.
+    source's three TCP listeners (the decode report's, receiver=executors' seen-ids server,
+    batchTransfer=fetch's handoff) as calls.
 
-    ``patch(obj, attr, value)`` sets an attribute and remembers how to put it back. Shared by the
-    simulated worlds and the tests on a virtual clock (``tests/virtual_time.py``).
+    ``patch``: :func:`patching`'s. Shared by the simulated worlds and the tests on a virtual clock
+    (``tests/virtual_time.py``).
     """
     ns = S.namespaces(sched, seed)
     real_clocks = {
@@ -327,7 +344,8 @@ def _virtual_handoff(sched: S.Scheduler, patch: Callable[[Any, str, Any], None])
             ]
 
         def withdraw(self, batch_ids: list[int]) -> None:
-            for k in [k for k in self._payloads if k[0] in set(batch_ids)]:
+            gone = set(batch_ids)
+            for k in [k for k in self._payloads if k[0] in gone]:
                 del self._payloads[k]
 
         def close(self) -> None:
@@ -353,13 +371,16 @@ def _virtual_handoff(sched: S.Scheduler, patch: Callable[[Any, str, Any], None])
 @contextlib.contextmanager
 def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimStorage) -> Iterator[None]:
     """Run the source's modules on the simulated threads, clock, Pub/Sub and storage (restored on exit)."""
-    undo: list[tuple[Any, str, Any]] = []
+    with patching() as patch:
+        virtualize(sched, seed, source_modules(), patch)
+        _install_world(sched, service, storage, patch)
+        yield
 
-    def patch(obj: Any, attr: str, value: Any) -> None:
-        undo.append((obj, attr, getattr(obj, attr)))
-        setattr(obj, attr, value)
 
-    virtualize(sched, seed, source_modules(), patch)
+def _install_world(
+    sched: S.Scheduler, service: SimPubSub, storage: SimStorage, patch: Callable[[Any, str, Any], None]
+) -> None:
+    """The simulated Pub/Sub and storage behind the source, and the processes' pids and hosts."""
 
     import crdb_pubsub.source.executors.task as task
     import crdb_pubsub.source.lifecycle as lifecycle
@@ -402,11 +423,6 @@ def installed(sched: S.Scheduler, seed: int, service: SimPubSub, storage: SimSto
     for mod in (lifecycle, ledger, task.__dict__.get("store") and sys.modules["crdb_pubsub.source.executors.store"]):
         if mod is not None and hasattr(mod, "gone_from_this_host"):
             patch(mod, "gone_from_this_host", gone)
-    try:
-        yield
-    finally:
-        for obj, attr, value in reversed(undo):
-            setattr(obj, attr, value)
 
 
 _PROCESSES: dict[int, S.Process] = {}
