@@ -707,6 +707,7 @@ def namespaces(sched: Scheduler, seed: int) -> dict[str, Any]:
         _real_time,
         monotonic=now,
         perf_counter=now,
+        thread_time=now,  # an answer costs no CPU in a world, as it costs no time
         time=wall,
         time_ns=lambda: int(wall() * 1e9),
         monotonic_ns=lambda: int(sched.now * 1e9),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_PULL_MESSAGES = 1000  # Pub/Sub's own cap per Pull
 FIRST_PULL_MESSAGES = 10  # before any message size is known
@@ -29,6 +29,7 @@ SIZE_MEMORY = 8  # the byte estimate is the largest message of the last N Pulls
 class Reservation:
     messages: int
     bytes: int
+    held_back: bool = False  # it waited for room: its Pull went out at the flow control's pace
 
 
 class FlowControl:
@@ -83,7 +84,12 @@ class FlowControl:
         return Reservation(n, n * estimate)
 
     def reserve(self, stopping: threading.Event, wait: float = 0.5) -> Reservation | None:
-        """Block until a Pull fits; reserve its room. ``None`` once ``stopping`` is set."""
+        """Block until a Pull fits; reserve its room. ``None`` once ``stopping`` is set.
+
+        The reservation is ``held_back`` when there was no room at first: a wait for this lock
+        alone (other threads, the GIL) is not the flow control holding the Pull back.
+        """
+        waited = False
         with self._cond:
             while not stopping.is_set():
                 r = self._size()
@@ -92,7 +98,8 @@ class FlowControl:
                     self._reserved_bytes += r.bytes
                     if not r.bytes:
                         self._reserved_unsized += r.messages
-                    return r
+                    return replace(r, held_back=True) if waited else r
+                waited = True
                 self._cond.wait(wait)
             return None
 

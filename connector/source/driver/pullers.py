@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..pubsub.concurrency import START
+from ..pubsub.concurrency import START, cpu_seconds
 from ..transport import Backoff, Rpc, is_transient
 from .flow import FlowControl
 
@@ -33,7 +32,6 @@ PROBE_TIMEOUT_SECONDS = 5.0
 # At first; more where the round trip is long (..pubsub.concurrency).
 PULLERS_PER_SUBSCRIPTION = START
 IMMEDIATE_PAUSE_SECONDS = 0.25
-HELD_BACK_SECONDS = 0.001  # a wait for room in the flow control longer than this held a Pull back
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,6 @@ class Puller:
         while not self._stopping.is_set():
             if not self._receiver.wait_until_pulling(self._sub):
                 continue
-            asked = time.monotonic()
             reservation = self._flow.reserve(self._stopping)
             if reservation is None:
                 return
@@ -84,7 +81,6 @@ class Puller:
                 # would take again (Pub/Sub redelivers them at once), a delivery attempt each.
                 self._flow.cancel(reservation)
                 continue
-            held_back = time.monotonic() - asked > HELD_BACK_SECONDS
             try:
                 response, sent = self._pull(reservation.messages)
             except Exception as exc:  # noqa: BLE001 - classified below
@@ -103,9 +99,9 @@ class Puller:
             backoff.reset()
             self._receiver.note_available()
             assert sent is not None
-            answered = self._receiver.now()
+            answered, cpu = self._receiver.now(), cpu_seconds()
             n = self._receiver.accept(self._sub, response, reservation, self._index, sent)
-            self._receiver.observed(self._sub, answered - sent.at, self._receiver.now() - answered, n, held_back)
+            self._receiver.observed(self._sub, answered - sent.at, cpu_seconds() - cpu, n, reservation.held_back)
 
     def _pull(self, max_messages: int) -> tuple[Any, Sent | None]:
         """One answer and when its Pull was sent; ``(None, None)`` when both Pulls timed out."""

@@ -382,7 +382,7 @@ class Receiver:
     def observed(self, sub: str, latency: float, service: float, messages: int, held_back: bool) -> None:
         """Learn from one answer of ``sub`` how many Pulls to keep in flight (:mod:`..pubsub.concurrency`).
 
-        ``latency``: its round trip; ``service``: the time :meth:`accept` took; ``held_back``: its
+        ``latency``: its round trip; ``service``: the CPU :meth:`accept` took; ``held_back``: its
         puller waited for room in the flow control first.
         """
         with self._cond:

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pubsub.chunks import DONE, Chunk
-from ..pubsub.concurrency import START, Concurrency
+from ..pubsub.concurrency import START, Concurrency, cpu_seconds
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet
 from ..storage import Storage, open_storage
@@ -530,13 +530,13 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
 
 
 def _accept(out: _Pulled, done: _Done) -> tuple[bool, float, int]:
-    """Keep an answer: whether its subscription may have more, the time it took, the messages it brought."""
+    """Keep an answer: whether its subscription may have more, the CPU it took, the messages it brought."""
     response, sent_mono, sent_wall = done.outcome
     if out.pulled_at is None or sent_wall < out.pulled_at:
         out.pulled_at = sent_wall
-    started = time.monotonic()
+    started = cpu_seconds()
     more = out.accept(done.sub, response, sent_mono, sent_wall)
-    return more, time.monotonic() - started, len(response.received_messages)
+    return more, cpu_seconds() - started, len(response.received_messages)
 
 
 @dataclass

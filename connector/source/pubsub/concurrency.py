@@ -21,6 +21,12 @@ hold:
 * the room did not hold a Pull back during that window (the driver's flow control, a task's share:
   a full window is Spark's pace, not the network's, and such a window is not judged).
 
+``S`` is the CPU the thread spent on an answer (:func:`cpu_seconds`), not the wall time it took:
+with several pullers on a process's cores a thread waits milliseconds for the GIL or a lock (the
+interpreter's switch interval is 5 ms), and counting that wait made ``W / S`` look small exactly
+when more Pulls were starting to help: on the service's terms they stalled at 4 or 8 of 16. Whether
+the CPU is the bottleneck is the doubling's own test (it must pay).
+
 Never more than :data:`MOST` a subscription, and it never shrinks: the driver's pullers are threads
 an AvailableNow run counts on for evidence, and a task's count ends with its pull. Not thread-safe:
 its owner serialises the calls (the receiver's lock, a task's own thread).
@@ -29,6 +35,7 @@ its owner serialises the calls (the receiver's lock, a task's own thread).
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 
 # Two Pulls in flight keep the pipe full while one waits on a local network (gRPC releases the
@@ -43,6 +50,11 @@ WINDOW_SECONDS = 0.25
 WINDOW_ANSWERS = 20
 GAIN = 1.15
 SERVICE_FLOOR_SECONDS = 1e-4
+
+
+def cpu_seconds() -> float:
+    """Return the calling thread's CPU time in seconds (differences of it measure ``S``)."""
+    return time.thread_time()
 
 
 class Concurrency:
@@ -62,7 +74,7 @@ class Concurrency:
     def answered(self, now: float, latency: float, service: float, messages: int, held_back: bool) -> int:
         """Learn from one answer; return the pullers wanted now.
 
-        ``latency``: its Pull's round trip; ``service``: the time spent sorting it; ``messages``:
+        ``latency``: its Pull's round trip; ``service``: the CPU spent sorting it; ``messages``:
         what it brought; ``held_back``: its puller waited for room in the flow control first.
         """
         if messages:
