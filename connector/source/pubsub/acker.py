@@ -6,7 +6,9 @@ subscription that fits one request (the service's limits, see ``transport.chunk_
 burst of small jobs becomes a few requests, and a request that waits on retries (an outage, a
 transient failure) holds up one sender, not every acknowledgement behind it: an ack that comes too
 late is refused by an exactly-once subscription (its message was delivered again meanwhile), and
-an ordered key waits for it.
+an ordered key waits for it. A job larger than one request (a micro-batch's acknowledgements) is
+queued as requests of its own, sent by the senders at once, not one after another by one sender
+waiting each round trip; it learns one answer when the last of them is answered.
 
 For every job the caller learns, per ack id, what Pub/Sub answered: confirmed, or failed with a
 reason (an exactly-once subscription answers per ack id; any other failure fails the whole
@@ -22,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..transport import MAX_IDS_PER_REQUEST, AckResult, Rpc
+from ..transport import MAX_ID_BYTES_PER_REQUEST, MAX_IDS_PER_REQUEST, AckResult, Rpc, chunk_ack_ids
 
 log = logging.getLogger("crdb_pubsub.acker")
 
@@ -38,6 +40,25 @@ class Job:
     ack_ids: list[str]
     on_done: Callable[[AckResult], None] | None = None
     total: float | None = None  # a tighter deadline than the transport's (shutdown)
+
+
+class _Parts:
+    """The answers of a job sent as several requests, given to its ``on_done`` once, when all came."""
+
+    def __init__(self, parts: int, on_done: Callable[[AckResult], None] | None) -> None:
+        self._left = parts
+        self._on_done = on_done
+        self._result = AckResult()
+        self._lock = threading.Lock()  # a leaf lock: a part's answer comes from any sender
+
+    def answered(self, result: AckResult) -> None:
+        with self._lock:
+            self._result.confirmed.extend(result.confirmed)
+            self._result.failed.update(result.failed)
+            self._left -= 1
+            last = self._left == 0
+        if last and self._on_done is not None:
+            self._on_done(self._result)
 
 
 class Acker:
@@ -68,9 +89,14 @@ class Acker:
             if job.on_done is not None:
                 job.on_done(AckResult())
             return
+        jobs = [job]
+        if len(job.ack_ids) > MAX_IDS_PER_REQUEST or sum(map(len, job.ack_ids)) > MAX_ID_BYTES_PER_REQUEST:
+            parts = list(chunk_ack_ids(job.ack_ids))
+            done = _Parts(len(parts), job.on_done)
+            jobs = [Job(job.kind, job.sub, p, done.answered, job.total) for p in parts]
         with self._cond:
-            self._pending += 1
-            self._queue.append(job)
+            self._pending += len(jobs)
+            self._queue.extend(jobs)
             self._cond.notify_all()
 
     def busy(self) -> bool:
@@ -103,16 +129,21 @@ class Acker:
                     return None
                 self._cond.wait()
             first = self._queue.popleft()
-            jobs, ids = [first], len(first.ack_ids)
+            jobs, ids, nbytes = [first], len(first.ack_ids), None
             rest: deque[Job] = deque()
             while self._queue:
                 job = self._queue.popleft()
                 same = job.kind == first.kind and job.sub == first.sub and job.total == first.total
                 if same and ids + len(job.ack_ids) <= MAX_IDS_PER_REQUEST:
-                    jobs.append(job)
-                    ids += len(job.ack_ids)
-                else:
-                    rest.append(job)
+                    if nbytes is None:
+                        nbytes = sum(map(len, first.ack_ids))
+                    more = sum(map(len, job.ack_ids))
+                    if nbytes + more <= MAX_ID_BYTES_PER_REQUEST:
+                        jobs.append(job)
+                        ids += len(job.ack_ids)
+                        nbytes += more
+                        continue
+                rest.append(job)
             self._queue = rest
             return jobs
 
