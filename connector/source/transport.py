@@ -134,6 +134,10 @@ def insecure_channel(host_port: str):
 
 def chunk_ack_ids(ack_ids: Sequence[str]) -> Iterator[list[str]]:
     """Split ack ids into request-sized lists (count and byte budget)."""
+    if len(ack_ids) <= MAX_IDS_PER_REQUEST and sum(map(len, ack_ids)) <= MAX_ID_BYTES_PER_REQUEST:
+        # The usual case, one request: the budget checked in C rather than id by id (every
+        # acknowledgement, hand-back and renewal asks; the acker asks once more per job).
+        return iter([list(ack_ids)] if ack_ids else [])
     return chunked(ack_ids, len, MAX_IDS_PER_REQUEST, MAX_ID_BYTES_PER_REQUEST)
 
 

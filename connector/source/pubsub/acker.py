@@ -90,8 +90,8 @@ class Acker:
                 job.on_done(AckResult())
             return
         jobs = [job]
-        if len(job.ack_ids) > MAX_IDS_PER_REQUEST or sum(map(len, job.ack_ids)) > MAX_ID_BYTES_PER_REQUEST:
-            parts = list(chunk_ack_ids(job.ack_ids))
+        parts = list(chunk_ack_ids(job.ack_ids))
+        if len(parts) > 1:
             done = _Parts(len(parts), job.on_done)
             jobs = [Job(job.kind, job.sub, p, done.answered, job.total) for p in parts]
         with self._cond:

@@ -152,3 +152,20 @@ def test_ack_requests_are_split_below_the_size_limit():
     chunks = list(chunk_ack_ids(ids))
     assert sum(len(c) for c in chunks) == 5000
     assert all(len(c) <= 2500 and sum(map(len, c)) <= 400_000 for c in chunks)
+
+
+def test_ack_ids_that_fit_one_request_are_one_request_at_either_bound():
+    from crdb_pubsub.source.transport import MAX_ID_BYTES_PER_REQUEST, MAX_IDS_PER_REQUEST, chunked
+
+    cases = [
+        [],
+        ["a"],
+        ["x"] * MAX_IDS_PER_REQUEST,
+        ["x"] * (MAX_IDS_PER_REQUEST + 1),
+        ["x" * 200] * (MAX_ID_BYTES_PER_REQUEST // 200),
+        ["x" * 200] * (MAX_ID_BYTES_PER_REQUEST // 200) + ["y"],
+        ["z" * (MAX_ID_BYTES_PER_REQUEST + 1)],
+    ]
+    for ids in cases:
+        want = list(chunked(ids, len, MAX_IDS_PER_REQUEST, MAX_ID_BYTES_PER_REQUEST))
+        assert list(chunk_ack_ids(ids)) == want, (len(ids), sum(map(len, ids)))
