@@ -24,13 +24,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..transport import MAX_ID_BYTES_PER_REQUEST, MAX_IDS_PER_REQUEST, AckResult, Rpc, chunk_ack_ids
+from ..transport import MAX_ID_BYTES_PER_REQUEST, MAX_IDS_PER_REQUEST, REQUESTS_IN_FLIGHT, AckResult, Rpc, chunk_ack_ids
 
 log = logging.getLogger("crdb_pubsub.acker")
 
 ACK = "ack"
 NACK = "nack"  # ModifyAckDeadline(0): hand the messages back for immediate redelivery
-SENDERS = 4  # requests in flight at once
+SENDERS = REQUESTS_IN_FLIGHT  # one request in flight each
 
 
 @dataclass

@@ -19,9 +19,10 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
-from ..transport import AckResult
+from ..transport import REQUESTS_IN_FLIGHT, AckResult, chunk_ack_id_groups
 from .chunks import DONE, Chunk
 
 log = logging.getLogger("crdb_pubsub.leaser")
@@ -140,15 +141,14 @@ class Leaser:
         return not flying and not (self._thread is not None and self._thread.is_alive())
 
     def extend(self, chunks: list[Chunk], seconds: int) -> None:
-        """Renew ``chunks`` now, from the caller's thread.
-
-        E.g. at once on receipt when the subscription's own deadline is shorter than the lease wanted.
-        """
+        """Renew ``chunks`` now, from the caller's thread (e.g. before it records or hands them over)."""
+        with self._lock:
+            for c in chunks:
+                self._flying[c] = self._flying.get(c, 0) + 1
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
             by_sub.setdefault(c.sub, []).append(c)
-        for sub, cs in by_sub.items():
-            self._send(sub, cs, seconds)
+        self._send_all(by_sub, seconds)
 
     def _run(self) -> None:
         # A round runs when the earliest renewal is due (not sooner than a tick apart, not later
@@ -201,12 +201,52 @@ class Leaser:
                     "Pub/Sub will deliver them again (at-least-once)",
                     self._max_lease_seconds,
                 )
-        for i, (sub, chunks) in enumerate(due.items()):
-            if self._stop.is_set():
-                self._landed([c for cs in list(due.values())[i:] for c in cs])
-                return next_due
-            self._send(sub, chunks, self._lease_seconds, counted=True)
+        if self._stop.is_set():
+            self._landed([c for cs in due.values() for c in cs])
+            return next_due
+        self._send_all(due, self._lease_seconds)
         return next_due
+
+    def _send_all(self, by_sub: dict[str, list[Chunk]], seconds: int) -> None:
+        """Renew ``by_sub``'s chunks (noted in flight), in requests of whole chunks sent at once.
+
+        Chunks received together come due together: a backlog held over its first renewal is
+        hundreds of requests, which from one thread, each waiting its round trip, would take
+        seconds while the last leases lapse.
+        """
+        requests = [
+            (sub, part)
+            for sub, chunks in by_sub.items()
+            for part in chunk_ack_id_groups(chunks, lambda c: c.fresh_ack_ids())
+        ]
+        if len(requests) <= 1:
+            for sub, part in requests:
+                self._send(sub, part, seconds)
+            return
+        todo = deque(requests)
+        errors: list[Exception] = []
+
+        def sender() -> None:
+            while todo:
+                try:
+                    sub, part = todo.popleft()
+                except IndexError:  # another sender took the last one
+                    return
+                try:
+                    self._send(sub, part, seconds)
+                except Exception as exc:  # noqa: BLE001 - raised in the caller's thread below
+                    errors.append(exc)
+
+        senders = [
+            threading.Thread(target=sender, name=f"{self._name}-request-{i}", daemon=True)
+            for i in range(min(REQUESTS_IN_FLIGHT, len(requests)))
+        ]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+        if errors:  # a request's refusal is reported per ack id: this is a bug's, raised as before
+            raise errors[0]
 
     def wait_landed(self, chunks: list[Chunk], timeout: float) -> bool:
         """Wait until no renewal of ``chunks`` is in flight (at most ``timeout``); whether none is."""
@@ -231,12 +271,8 @@ class Leaser:
         if returned:  # outside the lock: the owner takes its own
             self._on_released(returned)
 
-    def _send(self, sub: str, chunks: list[Chunk], seconds: int, *, counted: bool = False) -> None:
-        """Renew ``chunks`` (``counted``: already noted in flight by the round that chose them)."""
-        if not counted:
-            with self._lock:
-                for c in chunks:
-                    self._flying[c] = self._flying.get(c, 0) + 1
+    def _send(self, sub: str, chunks: list[Chunk], seconds: int) -> None:
+        """Renew ``chunks``, noted in flight by the caller, in one request (when they fit one)."""
         ids = [a for c in chunks for a in c.fresh_ack_ids()]
         if not ids:
             self._landed(chunks)

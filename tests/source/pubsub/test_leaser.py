@@ -46,3 +46,66 @@ def test_a_hand_back_waits_for_the_renewal_in_flight():
     finally:
         answer.set()
         assert leaser.stop(timeout=2)
+
+
+def _chunks(n: int, size: int) -> list[Chunk]:
+    now = time.monotonic()
+    return [
+        Chunk(
+            "s",
+            [f"m{i}-{j}" for j in range(size)],
+            [f"ack-{i}-{j}" for j in range(size)],
+            None,
+            1,
+            1,
+            now,
+            proven_until=now + 10,
+        )
+        for i in range(n)
+    ]
+
+
+def _renew_at_once(requests: int, seen: list[list[str]]):
+    """A renewal that is answered only when ``requests`` of them are in flight together."""
+    together = threading.Barrier(requests, timeout=5)
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        seen.append(list(ack_ids))
+        together.wait()  # one after another, the first waits alone and fails
+        return AckResult(confirmed=list(ack_ids))
+
+    return renew
+
+
+def test_a_renewal_round_larger_than_one_request_sends_its_requests_at_once():
+    """Messages received together come due together: a backlog of 1,000,000 held over its first
+    renewal is 400 requests. From one thread, each waiting its round trip 25 ms away, such a round
+    takes 10 s, and the leases of its last messages may lapse meanwhile. The requests go at once,
+    each a whole number of chunks within the service's limits."""
+    seen: list[list[str]] = []
+    chunks = _chunks(5, 1000)  # 5,000 ack ids: three requests of at most 2,500 whole chunks
+    leaser = Leaser(_renew_at_once(3, seen), lease_seconds=60, max_lease_seconds=600)
+    leaser.add(chunks, 10.0, renew_now=True)
+    sent = time.monotonic()
+    leaser.start()
+    try:
+        end = time.monotonic() + 10
+        while any(c.proven_until < sent + 60 for c in chunks) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert sorted(map(len, seen)) == [1000, 2000, 2000]
+        assert sorted(a for ids in seen for a in ids) == sorted(a for c in chunks for a in c.ack_ids)
+        assert all(c.proven_until >= sent + 60 for c in chunks), "a request waited for another's answer"
+    finally:
+        assert leaser.stop(timeout=2)
+
+
+def test_extending_from_the_callers_thread_sends_its_requests_at_once():
+    """A receiver=executors task extends every chunk it pulled as it ends (the driver takes their
+    leases over from there): 50,000 messages are 20 requests, which must not cost 20 round trips."""
+    seen: list[list[str]] = []
+    chunks = _chunks(4, 1000)
+    leaser = Leaser(_renew_at_once(2, seen), lease_seconds=60, max_lease_seconds=600)
+    sent = time.monotonic()
+    leaser.extend(chunks, 60)
+    assert sorted(map(len, seen)) == [2000, 2000]
+    assert all(c.proven_until >= sent + 60 for c in chunks)
