@@ -366,11 +366,14 @@ class Receiver:
         self.counters.add("received", n_new)
         self.counters.add("redeliveredWhileHeld", again)
         self.counters.add("redeliveriesDropped", len(dropped))
-        self.leaser.add(new, granted)
-        if granted < self._lease_seconds:
-            # The subscription's own deadline is shorter than the lease we want: lengthen it at
-            # once, before a slow batch elsewhere in this process lets it lapse.
-            self.leaser.extend(new + list(dict.fromkeys(refreshed)), self._lease_seconds)
+        # The subscription's own deadline shorter than the lease we want (10 s, gcloud's default,
+        # against 60): lengthened at once, before a slow batch elsewhere in this process lets it
+        # lapse, by the leaser's thread: this puller's next Pull does not wait for that round trip,
+        # and one renewal covers the answers that came meanwhile.
+        short = granted < self._lease_seconds
+        self.leaser.add(new, granted, renew_now=short)
+        if short and refreshed:
+            self.leaser.renew_soon(dict.fromkeys(refreshed))
         if dropped:
             self.acker.submit(Job(ACK, sub, dropped))
         return len(mids)

@@ -95,6 +95,18 @@ class Leaser:
                 self._chunks[c] = None
         self._wake.set()
 
+    def renew_soon(self, chunks: Iterable[Chunk]) -> None:
+        """Renew ``chunks`` (those leased here) in the next round, which starts at once.
+
+        E.g. chunks delivered again while held, whose new ack ids have the subscription's deadline.
+        """
+        now = self._clock()
+        with self._lock:
+            for c in chunks:
+                if c in self._chunks:
+                    c.renew_at = min(c.renew_at, now)
+        self._wake.set()
+
     def add_scheduled(self, chunk: Chunk) -> None:
         """Lease a chunk that already carries its lease state (one half of a split chunk)."""
         with self._lock:

@@ -431,3 +431,57 @@ def test_a_redelivery_sorted_while_its_batch_is_acknowledged_is_not_taken_again(
         assert sorted(rpc.acked) == ["a0", "b0"]
     finally:
         r.shutdown(hand_back=False, within=1)
+
+
+class _SlowToExtend(_AnsweringRpc):
+    """Answers every Pull with 10 new messages; a lease extension is answered only once ``answer`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pulls = 0
+        self.extended: list[str] = []
+        self.answer = threading.Event()
+        self._lock = threading.Lock()
+
+    def pull(self, subscription, max_messages, timeout, *, return_immediately=False):
+        import time
+
+        time.sleep(0.01)
+        with self._lock:
+            first, self.pulls = 10 * self.pulls, self.pulls + 1
+        return _response([{"ack_id": f"a{i}", "message_id": str(i)} for i in range(first, first + 10)])
+
+    def modify_ack_deadline(self, subscription, ack_ids, seconds, *, total=None):
+        if seconds:
+            self.answer.wait(10)
+            with self._lock:
+                self.extended.extend(ack_ids)
+        return _ok(ack_ids)
+
+
+def test_a_subscription_deadline_shorter_than_the_lease_does_not_hold_the_next_pull():
+    """``gcloud pubsub subscriptions create`` gives a subscription a 10 s ack deadline; the
+    connector leases for 60 s by default, so every answer's messages are extended at once on
+    receipt. A puller that waited for that extension's answer before its next Pull paid a second
+    round trip per answer: on the service's terms the receiver alone drained 21,000 messages a
+    second against 31,000 with a 60 s subscription. The extension goes on while the Pulls go on."""
+    import time
+
+    rpc = _SlowToExtend()
+    r = Receiver(rpc, ["s"], lease_seconds=60, max_lease_seconds=600, max_messages=100_000, max_bytes=1 << 30)
+    r.start()
+    try:
+        end = time.monotonic() + 5
+        while rpc.pulls < 10 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert rpc.pulls >= 10, f"{rpc.pulls} Pulls in 5 s: the pullers waited for the lease extensions' answers"
+        rpc.answer.set()
+        with r._cond:
+            held = {a for c in r._live for a in c.fresh_ack_ids()}
+        end = time.monotonic() + 5
+        while not held <= set(rpc.extended) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert held <= set(rpc.extended), "a message held was not extended to the lease"
+    finally:
+        rpc.answer.set()
+        r.shutdown(hand_back=False, within=2)
