@@ -217,8 +217,8 @@ class _Resources:
     """The topics and subscriptions of one run: created on the emulator as usual, or on the service,
     where they are deleted at the end (an emulator's are gone with it)."""
 
-    def __init__(self, host: str | None, project: str) -> None:
-        self.host, self.project = host, project
+    def __init__(self, host: str | None, project: str, ack_deadline: int = 60) -> None:
+        self.host, self.project, self.ack_deadline = host, project, ack_deadline
         self.topics: list[str] = []
         self.subscriptions: list[str] = []
 
@@ -229,7 +229,7 @@ class _Resources:
             from crdb_pubsub.emulator import create_topic_and_subscription
 
             return create_topic_and_subscription(
-                self.host, self.project, topic, subscription, ack_deadline_seconds=60, exist_ok=True
+                self.host, self.project, topic, subscription, ack_deadline_seconds=self.ack_deadline, exist_ok=True
             )
         pub, sub = _publisher(None), _subscriber(None)
         try:
@@ -238,7 +238,7 @@ class _Resources:
                 with contextlib.suppress(AlreadyExists):
                     pub.create_topic(request={"name": t})
                 self.topics.append(t)
-            sub.create_subscription(request={"name": s, "topic": t, "ack_deadline_seconds": 60})
+            sub.create_subscription(request={"name": s, "topic": t, "ack_deadline_seconds": self.ack_deadline})
             self.subscriptions.append(s)
             return t, s
         finally:
@@ -420,6 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="extra source option")
     ap.add_argument(
+        "--subscription-ack-deadline",
+        type=int,
+        default=60,
+        metavar="SECONDS",
+        help="the subscriptions' own ack deadline (gcloud creates them with 10 s; the source leases for "
+        "ackDeadlineSeconds, 60 by default, extending each answer on receipt when this is shorter)",
+    )
+    ap.add_argument(
         "--columns",
         metavar="NAMES",
         help="the source's columns option, e.g. kind,table_name,key,after,mvcc_timestamp,error (the default mode, "
@@ -437,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     from crdb_pubsub.emulator import emulator
 
     where = contextlib.nullcontext(None) if args.project else emulator(project=PROJECT)
-    with where as host, _Resources(host, args.project or PROJECT) as res:
+    with where as host, _Resources(host, args.project or PROJECT, args.subscription_ack_deadline) as res:
         # Names unique to this run: a long-lived server (PUBSUB_EMULATOR_HOST, e.g. fastpubsub, or the
         # service) keeps an earlier run's topics, and CreateTopic on an existing name fails.
         t = f"-{os.getpid()}-{int(time.time())}" if args.project or os.environ.get("PUBSUB_EMULATOR_HOST") else ""

@@ -75,9 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="passed to bench_stream.py")
+    ap.add_argument("--subscription-ack-deadline", type=int, default=60, help="passed to bench_stream.py")
     args = ap.parse_args(argv)
     terms = ["--rtt-ms", str(args.rtt_ms), "--pull-cap", str(args.pull_cap), "--pull-fill", str(args.pull_fill)]
     extra = [f"--option={o}" for o in args.option]
+    extra.append(f"--subscription-ack-deadline={args.subscription_ack_deadline}")
     rows: list[tuple[dict[str, float], dict[str, float]]] = []
     for i in range(args.rounds):
         runs = []
