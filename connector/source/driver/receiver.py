@@ -298,11 +298,15 @@ class Receiver:
         if self._stopping.is_set():
             self.flow.cancel(reservation)
             try:
-                self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0)
+                # The transport reports a lost request per ack id, not by raising.
+                failed = self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0).failed
+                why = next(iter(failed.values()), None)
             except Exception as exc:  # noqa: BLE001 - what follows is the whole answer to it
+                failed, why = dict.fromkeys(ack_ids, ""), str(exc)
+            if failed:
                 # Not known to be handed back: leased to nobody for a deadline from their answer,
                 # which the next process waits out (shutdown reports it).
-                log.warning("handing back %d message(s) of %s pulled while stopping failed: %s", len(ack_ids), sub, exc)
+                log.warning("handing back %d message(s) of %s pulled while stopping failed: %s", len(failed), sub, why)
                 with self._cond:
                     self._drain.leased_at(sub, now)
             return 0
