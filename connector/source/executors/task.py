@@ -198,7 +198,7 @@ class _Pulled:
         self.pulled_at: float | None = None
         self.seen: dict[str, set[str]] = {}
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
-        self.unextended: list[Chunk] = []  # added, their lease to extend at once (:meth:`extend_new`)
+        self.unextended: list[Chunk] = []  # the keeper extends them at once; proven by the end (:meth:`extend_new`)
 
     def full(self) -> bool:
         return self.kept >= self.order.max_messages or self.kept_bytes >= self.order.max_bytes
@@ -262,20 +262,27 @@ class _Pulled:
         self.chunks.append(c)
         self.batches.append(batch)
         self.roles.append(roles)
-        self.keeper.add([c], float(deadline))
-        if deadline < self.order.lease_seconds:
+        # The subscription's own deadline shorter than the task's lease: extended at once, by the
+        # keeper's thread, so this thread's Pulls do not wait for the extensions' round trips.
+        short = deadline < self.order.lease_seconds
+        self.keeper.add([c], float(deadline), renew_now=short)
+        if short:
             self.unextended.append(c)
 
     def extend_new(self) -> None:
-        """Extend to the task's lease, in one call a subscription, the chunks added since the last time.
+        """Extend to the task's lease, from this thread, what the keeper has not been answered for yet.
 
-        At once on receipt (:meth:`add`), but for the answers that came meanwhile together: a
-        renewal is a round trip of this thread, and one for each answer would bound the task's
-        answers a second by the round trip whatever the Pulls in flight.
+        Called once the pull is over: what is recorded must have its lease proven to outlive the
+        recording (:meth:`drop_unproven`). A chunk the keeper extended is proven beyond the
+        subscription's deadline from now (it was pulled at most 40 % of that deadline ago); the
+        others (their extension in flight or lost) are extended here.
         """
-        if self.unextended:
-            chunks, self.unextended = self.unextended, []
-            self.keeper.extend(chunks, self.order.lease_seconds)
+        if not self.unextended:
+            return
+        now = time.monotonic()
+        chunks, self.unextended = self.unextended, []
+        unproven = [c for c in chunks if c.proven_until < now + self.order.deadlines.get(c.sub, 10)]
+        self.keeper.extend(unproven, self.order.lease_seconds)
 
     def drop_unproven(self, rpc: Rpc) -> None:
         """Hand back, unrecorded, the messages whose lease is not proven to outlive the recording.
@@ -509,8 +516,6 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
             rules[done.sub].answered(
                 time.monotonic(), done.latency, service, messages, held_back=done.asked < MAX_PER_PULL
             )
-            if not flight.ready():
-                out.extend_new()
         out.extend_new()
     finally:
         # Leaving by an exception of this thread: what the Pulls in flight bring is leased to this

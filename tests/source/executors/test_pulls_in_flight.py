@@ -85,25 +85,37 @@ def _fresh_worker(monkeypatch):
     monkeypatch.setattr(task, "_LEARNED", {})
 
 
-def _order(max_messages: int, max_bytes: int = 1 << 30, seconds: float = 4.0, batch: int = 1) -> SliceOrder:
+def _order(
+    max_messages: int,
+    max_bytes: int = 1 << 30,
+    seconds: float = 4.0,
+    batch: int = 1,
+    deadline: int = 60,
+    sub: str = SUB,
+) -> SliceOrder:
     return SliceOrder(
         batch_id=batch,
         index=0,
         parts=1,
-        subscriptions=(SUB,),
+        subscriptions=(sub,),
         max_messages=max_messages,
         max_bytes=max_bytes,
         seconds=seconds,
         # Long enough that a first task's first answer, slow on a loaded machine (seconds), still
         # has its lease proven when the slice is recorded.
-        deadlines={SUB: 60},
+        deadlines={sub: deadline},
         lease_seconds=60,
     )
 
 
 def _read(tmp_path, order: SliceOrder) -> tuple[list[str], float]:
     opts = parse_options(
-        {"subscription": SUB, "emulatorHost": "127.0.0.1:1", "receiver": "executors", "stateDir": str(tmp_path)}
+        {
+            "subscription": order.subscriptions[0],
+            "emulatorHost": "127.0.0.1:1",
+            "receiver": "executors",
+            "stateDir": str(tmp_path),
+        }
     )
     t0 = time.monotonic()
     with task.pulled_slice(opts, order) as table:
@@ -190,3 +202,46 @@ def test_the_next_task_of_a_worker_starts_with_the_pulls_the_last_one_learned(fa
     got2, _ = _read(tmp_path / "b", _order(max_messages=1_000_000, seconds=1.0, batch=2))
     assert second.most >= learned, f"the next task kept {second.most} Pulls in flight, not the {learned} learned"
     assert set(got).isdisjoint(got2) and set(got) | set(got2) <= set(ids)
+
+
+class _SlowToExtend:
+    """Wraps the fake's ModifyAckDeadline: a lease extension answers after a round trip; records when each was in flight."""
+
+    def __init__(self, fake, delay: float) -> None:
+        self._modify = fake.modify_ack_deadline
+        self._delay = delay
+        self.spans: list[tuple[float, float]] = []
+        fake.modify_ack_deadline = self
+
+    def __call__(self, sub, ack_ids, seconds):
+        came = time.monotonic()
+        if seconds:
+            time.sleep(self._delay)
+        try:
+            return self._modify(sub, ack_ids, seconds)
+        finally:
+            if seconds:
+                self.spans.append((came, time.monotonic()))
+
+
+def test_a_task_keeps_pulling_while_lease_extensions_wait_for_their_answers(fake, tmp_path):
+    """A subscription created by gcloud has a 10 s ack deadline, below the 60 s lease, so each
+    answer is extended on receipt. A task that waited for those extensions' answers sent no Pull
+    meanwhile: a round trip of extensions between answers left its Pulls idle, and the same slice
+    took 0.55 s on the virtual clock against 0.29 s from a subscription of 60 s."""
+    took = {}
+    for deadline in (60, 10):
+        sub = f"{SUB}-{deadline}"
+        fake.create_subscription(sub, ack_deadline=deadline)
+        ids = fake.publish(sub, [b"x" * 100] * 2000)
+        warm = _order(max_messages=10, batch=0, deadline=deadline, sub=sub)
+        assert _read(tmp_path / f"w{deadline}", warm)[0] == ids[:10]
+        slow = _Slow(fake, lambda n: 0.025, cap=100, share=1500)
+        extending = _SlowToExtend(fake, 0.025)
+        got, _ = _read(tmp_path / f"a{deadline}", _order(max_messages=1500, deadline=deadline, sub=sub))
+        assert sorted(got, key=int) == ids[10:1510]
+        assert extending.spans, "nothing was extended"
+        took[deadline] = max(slow.answered) - slow.first
+        fake.pull, fake.modify_ack_deadline = slow._pull, extending._modify
+    assert took[10] < 1.2 * took[60], f"the slice took {took[10]:.3f} s against {took[60]:.3f} s without extensions"
+    assert not fake.nacks, "messages were handed back"
