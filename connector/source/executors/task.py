@@ -141,10 +141,13 @@ def _pull_and_record(
     )
     keeper.start()
     pulled = _Pulled(order, keeper)
-    if claim.previous is not None and not claim.previous.get("released"):
+    previous = claim.previous
+    if previous is not None:
         # An earlier attempt died while it held the claim: what it pulled stays leased, to nobody,
-        # for up to a lease. No answer before then proves a subscription drained.
-        until = time.time() + order.lease_seconds
+        # for up to a lease. One that failed says until when what it could not hand back may be.
+        # No answer before then proves a subscription drained.
+        released = bool(previous.get("released"))
+        until = float(previous.get("leased_until") or 0.0) if released else time.time() + order.lease_seconds
         for e in pulled.evidence.values():
             e.shadow_until = max(e.shadow_until, until)
     try:
@@ -156,7 +159,10 @@ def _pull_and_record(
         published = store.publish(claim, order.batch_id, order.index, table, info)
     except BaseException:
         keeper.stop(timeout=1.0)
-        pulled.hand_back(rpc)  # nothing was recorded: let Pub/Sub deliver them again at once
+        leased_until = pulled.hand_back(rpc)  # nothing was recorded: let Pub/Sub deliver them again at once
+        if leased_until:
+            with contextlib.suppress(Exception):  # unreleased, the retry waits out a whole lease
+                claim.release(note={"leased_until": leased_until})  # for the retry (see above)
         raise
     if not published:
         # A speculative or retried attempt recorded the slice first: it is the one that counts.
@@ -399,11 +405,10 @@ class _Pulled:
         if waiting:
             # A renewal sent before could act after the hand-back: hand back once it landed.
             self.keeper.wait_landed(waiting, MODIFY_DEADLINE.total + 1.0)
-        _hand_back(rpc, chunks)
-        wall = time.time()
+        until = _hand_back(rpc, chunks, self.order) or time.time()
         for c in chunks:
             e = self.evidence[c.sub]
-            e.shadow_until = max(e.shadow_until, wall)
+            e.shadow_until = max(e.shadow_until, until)
 
     def table(self) -> pa.Table:
         if not self.chunks:
@@ -444,17 +449,30 @@ class _Pulled:
             pull_errors=sum(e.errors for e in self.evidence.values()),
         )
 
-    def hand_back(self, rpc: Rpc) -> None:
-        _hand_back(rpc, [c for c in self.chunks if c.state != DONE])
+    def hand_back(self, rpc: Rpc) -> float:
+        """Hand back what was not recorded; return :func:`_hand_back`'s bound (0.0: all of it went)."""
+        return _hand_back(rpc, [c for c in self.chunks if c.state != DONE], self.order)
 
 
-def _hand_back(rpc: Rpc, chunks: list[Chunk]) -> None:
+def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:
+    """Hand ``chunks`` back; return the wall time until which those that did not go may stay leased (0.0: all went).
+
+    The transport reports a lost request per ack id, not by raising. Not handed back, a message
+    stays leased, to nobody, for as long as its Pull or this task's keeper leased it.
+    """
     by_sub = group_by_subscription((c.sub, a) for c in chunks for a in c.ack_ids)
+    lost = 0
     for sub, ids in by_sub.items():
         try:
-            rpc.modify_ack_deadline(sub, ids, 0, total=5.0)
-        except Exception:  # noqa: BLE001 - best effort: the leases lapse anyway
-            log.warning("handing %d message(s) back to %s failed; they return when their leases lapse", len(ids), sub)
+            failed = len(rpc.modify_ack_deadline(sub, ids, 0, total=5.0).failed)
+        except Exception:  # noqa: BLE001 - counted as not handed back
+            failed = len(ids)
+        if failed:
+            lost += failed
+            log.warning("handing %d message(s) back to %s failed; they return when their leases lapse", failed, sub)
+    if not lost:
+        return 0.0
+    return time.time() + max(order.lease_seconds, *order.deadlines.values(), 0)
 
 
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:

@@ -245,3 +245,37 @@ def test_a_task_keeps_pulling_while_lease_extensions_wait_for_their_answers(fake
         fake.pull, fake.modify_ack_deadline = slow._pull, extending._modify
     assert took[10] < 1.2 * took[60], f"the slice took {took[10]:.3f} s against {took[60]:.3f} s without extensions"
     assert not fake.nacks, "messages were handed back"
+
+
+def test_a_failed_attempt_whose_hand_back_was_lost_leaves_its_retry_a_shadow(fake, tmp_path):
+    """An attempt that fails after pulling hands its messages back and releases its claim. The
+    transport answers a lost hand-back with the ids it failed for: taken as done, the messages
+    stayed leased to nobody, the retry found the claim released and cast no shadow, and the
+    AvailableNow run ended with them (and, on an ordered subscription, their keys' next messages)
+    unread (found by the simulation, seed 466 of executors/gs on 81b7626)."""
+    from google.api_core import exceptions as gexc
+
+    from crdb_pubsub.source.executors.store import SliceStore
+
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 1000)
+    refused = gexc.PermissionDenied("not allowed (fake)")
+    slow = _Slow(fake, lambda n: 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
+    modify = fake.modify_ack_deadline
+
+    def lost_hand_backs(sub, ack_ids, seconds):
+        if seconds == 0:
+            raise gexc.DeadlineExceeded("ModifyAckDeadline: the request was lost (fake)")
+        return modify(sub, ack_ids, seconds)
+
+    fake.modify_ack_deadline = lost_hand_backs
+    order = _order(max_messages=1000)
+    with pytest.raises(gexc.PermissionDenied):
+        _read(tmp_path, order)
+    failed_at = time.time()
+    fake.pull, fake.modify_ack_deadline = slow._pull, modify
+    _read(tmp_path, order)  # the retry
+    recorded = SliceStore(task._storage(str(tmp_path))).read_acks(order.batch_id, order.index)
+    assert recorded is not None
+    shadow = recorded[1].subs[SUB].shadow_until
+    assert shadow >= failed_at + 59, f"the retry's evidence is shadowed {shadow - failed_at:.1f} s, not a lease"
