@@ -39,6 +39,9 @@ Renew = Callable[[str, list[str], int], AckResult]
 class Leaser:
     """Renews the leases of registered chunks from its own thread.
 
+    A round (or an :meth:`extend`) larger than one request sends its requests from threads of that
+    round, :data:`~..transport.REQUESTS_IN_FLIGHT` at most, and ends when every one was answered.
+
     ``_lock`` guards ``_chunks`` and each registered chunk's lease fields (``lease_until``,
     ``renew_at``, ``given_up``, ``proven_until``). It is never held across an RPC; no other lock
     is taken under it.
