@@ -176,13 +176,15 @@ def chunk_ack_id_groups(groups: Iterable[T], ack_ids: Callable[[T], Sequence[str
 
     A group larger than one request goes alone (its ids are then split by the call itself).
     """
-    return chunked(
-        groups,
-        lambda g: sum(map(len, ack_ids(g))),
+    sized = [(g, ack_ids(g)) for g in groups]  # each group's ids built once, for both budgets
+    for part in chunked(
+        sized,
+        lambda p: sum(map(len, p[1])),
         MAX_IDS_PER_REQUEST,
         MAX_ID_BYTES_PER_REQUEST,
-        count=lambda g: len(ack_ids(g)),
-    )
+        count=lambda p: len(p[1]),
+    ):
+        yield [g for g, _ in part]
 
 
 # ------------------------------------------------------------------------------------------ RPCs

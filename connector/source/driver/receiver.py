@@ -377,7 +377,7 @@ class Receiver:
         short = granted < self._lease_seconds
         self.leaser.add(new, granted, renew_now=short)
         if short and refreshed:
-            self.leaser.renew_soon(dict.fromkeys(refreshed))
+            self.leaser.renew_soon(refreshed)  # a chunk twice is renewed once
         if dropped:
             self.acker.submit(Job(ACK, sub, dropped))
         return len(mids)
