@@ -1,7 +1,10 @@
-"""The wire layout: one Pull response read in one pass, body sizes from the Arrow offsets."""
+"""The wire layout: one Pull response read in one pass, body sizes and numbers from the Arrow buffers."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from crdb_pubsub.source import wire
 from crdb_pubsub.source.pubsub.chunks import sizes_of
 from crdb_pubsub.source.wire import messages_batch
 
@@ -90,3 +93,13 @@ def test_a_batch_is_cut_into_partitions_by_messages_and_by_bytes():
     assert len(slices(10**7, None, 10**12)) == MAX_PARTS
     assert lengths(slices(10, 4, 0)) == [3, 3, 2, 2]  # numPartitions wins
     assert lengths(slices(2, 4, 0)) == [1, 1] and slices(0, None, 0) == []
+
+
+def test_numbers_reads_slices_and_chunked_columns_as_their_values():
+    column = pa.array([5, -1, 7, 2**40, 0], pa.int64())
+    assert wire.numbers(column).tolist() == [5, -1, 7, 2**40, 0]
+    assert wire.numbers(column.slice(2, 2)).tolist() == [7, 2**40]
+    assert wire.numbers(column.slice(5)).tolist() == []
+    roles = pa.chunked_array([pa.array([0, 1], pa.int8()), pa.array([9, 2], pa.int8()).slice(1)], pa.int8())
+    assert wire.numbers(roles).tolist() == [0, 1, 2]
+    assert wire.numbers(pa.chunked_array([], pa.int8())).tolist() == []

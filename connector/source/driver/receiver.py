@@ -41,7 +41,7 @@ from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..transport import AckResult, Rpc
-from ..wire import body_lengths, largest_body, pulled_batch
+from ..wire import body_lengths, largest_body, numbers, pulled_batch
 from .flow import FlowControl, Reservation
 from .pullers import PULLERS_PER_SUBSCRIPTION, Puller, Sent
 
@@ -314,7 +314,7 @@ class Receiver:
         again = 0  # deliveries of a message held (or twice in this response)
         dropped: list[str] = []
         new: list[Chunk] = []
-        oldest_in_answer = int(batch.column(2).to_numpy().min())
+        oldest_in_answer = int(numbers(batch.column(2)).min())
         # Looked up before the lock (it is the costly part); looked up again under it if an
         # acknowledgement came between: its messages left the held index for the remembered ids.
         acked_steps = self._acked_steps
@@ -417,7 +417,7 @@ class Receiver:
     ) -> list[Chunk]:
         cutoff = self._cutoff_us
         if cutoff is not None:
-            later = batch.column(2).to_numpy() > cutoff
+            later = numbers(batch.column(2)) > cutoff
             if later.any():
                 out = []
                 for mask, state in ((~later, BUFFERED), (later, LATER)):

@@ -46,6 +46,7 @@ from ..pubsub.remembered import IdSet, Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
 from ..transport import MODIFY_DEADLINE, AckResult, Rpc, rpc_for
+from ..wire import numbers
 from .orders import Plan, SliceOrder, orders_of
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
@@ -423,7 +424,7 @@ class ExecutorsMode:
 
     def _register(self, bid: int, part: int, table: pa.Table, info: SliceInfo, *, lease: bool) -> _Slice:
         """Hold a recorded slice: its rows by role, leased until its batch commits (``lease``)."""
-        roles = table.column("role").to_numpy()
+        roles = numbers(table.column("role"))
         now = time.monotonic()
         # The task proved the leases until this wall time; counted on this host's clock, less
         # the skew between hosts. The leaser renews at once: if Pub/Sub answers before it, the

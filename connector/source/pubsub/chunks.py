@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from ..wire import body_lengths
+from ..wire import body_lengths, numbers
 
 # States a chunk goes through (``Chunk.state``).
 BUFFERED = "buffered"  # waiting to be sealed into a batch
@@ -81,7 +81,7 @@ class Chunk:
         self.nbytes = nbytes
         self.largest = largest
         # The oldest publish time (epoch us): how far behind the stream is while this is held.
-        self.oldest_us = int(batch.column(2).to_numpy().min()) if batch is not None and batch.num_rows else None
+        self.oldest_us = int(numbers(batch.column(2)).min()) if batch is not None and batch.num_rows else None
         self.first_received = first_received
         self.lease_until = 0.0
         self.renew_at = 0.0
