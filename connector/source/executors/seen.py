@@ -8,9 +8,10 @@ order (8 B an id, one copy per task: millions of ids at a sustained rate), each 
 subscription, about the ids it pulled, and the driver answers with one byte each: yield or not.
 
 The driver-side reader listens where the executors reach it (:mod:`..endpoints`), with a random
-token the orders carry. A request is ``token, batch, subscription, N`` (a JSON line) and the N
-message ids, one per line; the answer is N bytes (``1``: do not yield). A task that cannot reach the driver
-fails (Spark runs it again): yielding without the answer could yield a message twice.
+token the orders carry. A request is ``token, batch, subscription, N, L`` (a JSON line) and the
+N message ids, one per line, L bytes in all; the answer is N bytes (``1``: do not yield). A task
+that cannot reach the driver fails (Spark runs it again): yielding without the answer could yield
+a message twice.
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ class SeenServer:
                 head = json.loads(reader.readline(MAX_HEADER))
                 if not secrets.compare_digest(str(head.get("t", "")), self.token):
                     return
-                n = int(head["n"])
-                mids = [reader.readline().rstrip(b"\n").decode() for _ in range(n)]
+                n, size = int(head["n"]), int(head["l"])
+                mids = reader.read(size).decode().split("\n")[:n]
+                if len(mids) != n:
+                    raise ValueError(f"{len(mids)} message ids where the question said {n}")
                 answer = self._answer(int(head["b"]), str(head["s"]), mids)
                 conn.sendall(np.asarray(answer, dtype=np.uint8).tobytes())
         except Exception as exc:  # noqa: BLE001 - the task's question fails; it asks again when Spark retries it
@@ -98,8 +101,9 @@ def ask(where: tuple[tuple[str, ...], str], batch: int, sub: str, mids: Sequence
     if not mids:
         return np.zeros(0, dtype=bool)
     addresses, token = where
-    head = json.dumps({"t": token, "b": batch, "s": sub, "n": len(mids)})
-    body = (head + "\n" + "".join(m + "\n" for m in mids)).encode()
+    ids = ("\n".join(mids) + "\n").encode()
+    head = json.dumps({"t": token, "b": batch, "s": sub, "n": len(mids), "l": len(ids)})
+    body = (head + "\n").encode() + ids
     try:
         with connect(addresses, CONNECT_TIMEOUT_SECONDS) as s:
             s.settimeout(ANSWER_TIMEOUT_SECONDS)
