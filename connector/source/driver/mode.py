@@ -11,6 +11,7 @@ returns to the buffer. A proven commit acknowledges exactly the batches it cover
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("crdb_pubsub.driver")
 
 FIRST_FILL_SECONDS = 20.0  # the first batch of a process waits at most this long for the backlog
+# The first batch of a multi-batch AvailableNow run goes once what came first has waited this long
+# (see first_latest): long enough that the batch more it makes (Spark's fixed cost of a batch,
+# 0.2-0.4 s here) is paid for by the pulling it overlaps.
+FIRST_LINGER_SECONDS = 0.5
 AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 
 
@@ -136,7 +141,11 @@ class DriverMode:
         """Put back the batches an earlier process planned that Spark never saw; then wait for the backlog.
 
         They go back to the buffer; the wait, bounded, is for what the subscriptions hold, so that a
-        single-batch run (Trigger.Once, or AvailableNow on 4.0/4.1) reads the backlog.
+        single-batch run (Trigger.Once, or AvailableNow on 4.0/4.1) reads the backlog. A
+        multi-batch AvailableNow run (4.2+, it has a cutoff) reads the rest in its next batches,
+        so its first batch goes once what came first has waited :data:`FIRST_LINGER_SECONDS`:
+        Spark works on it while the receiver pulls the next instead of waiting for the whole
+        backlog and the subscriptions' evidence that they are drained.
         """
         receiver = self.receiver
         unseen = sorted(b for b in self._recovered if b > committed)
@@ -155,10 +164,14 @@ class DriverMode:
         # (what came after is the next run's): waiting on a later cutoff would wait out the bound.
         cutoff, since = self._cutoff or (int(time.time() * 1_000_000), time.monotonic())
         want = self._batch_limits(limits).max_messages or receiver.flow.max_messages
+        linger = FIRST_LINGER_SECONDS if self._cutoff is not None else math.inf
 
         def ready() -> bool:
             return (
-                receiver.buffered_count_locked() >= want or receiver.quiet_locked(cutoff, since) or receiver.flow.full()
+                receiver.buffered_count_locked() >= want
+                or receiver.quiet_locked(cutoff, since)
+                or receiver.flow.full()
+                or receiver.buffered_for_locked() >= linger
             )
 
         receiver.wait(ready, FIRST_FILL_SECONDS)

@@ -700,6 +700,10 @@ class Receiver:
     def buffered_count_locked(self) -> int:
         return self._buffered
 
+    def buffered_for_locked(self) -> float:
+        """How long the oldest buffered message has waited to be planned (0.0 when none is buffered)."""
+        return self._clock() - self._buffer[0].first_received if self._buffer else 0.0
+
     def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` (evaluated with the lock held), an error, or ``timeout``."""
         end = self._clock() + timeout

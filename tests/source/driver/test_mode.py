@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from polling import wait_for
@@ -110,3 +111,40 @@ def test_a_restart_remembers_what_the_crashed_process_acknowledged_before_it_pul
         assert seen_at_start and all(seen_at_start), "the pullers started before the unconfirmed ids were remembered"
     finally:
         mode.shutdown(1.0)
+
+
+def test_the_first_batch_of_a_multi_batch_available_now_run_does_not_wait_for_the_whole_backlog(fake, make_reader):
+    """Trigger.AvailableNow on Spark 4.2+ runs batches until the backlog is read, so its first
+    batch need not hold Spark idle while the rest comes in: on the service's terms a backlog of
+    50,000 took 1.5 s to pull, and Spark started on it only then and after the subscriptions'
+    evidence that they were drained. Here the backlog keeps coming in for 6 s (published before the
+    run's cutoff, delivered late); its first batch is planned long before that, and the next
+    batches read the rest."""
+    fake.create_subscription(SUB)
+    reader = make_reader(SUB, maxOutstandingMessages=WINDOW)
+    reader.prepareForTriggerAvailableNow()
+    before_cutoff = int(time.time() * 1_000_000) - 1_000_000
+    ids = fake.publish(SUB, [body(i) for i in range(10)], publish_us=before_cutoff)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        for i in range(10, 40):  # 30 more over 6 s: the window's half (100) is not reached
+            if stop.wait(0.2):
+                return
+            ids.extend(fake.publish(SUB, [body(i)], publish_us=before_cutoff))
+
+    feeder = threading.Thread(target=trickle, daemon=True)
+    feeder.start()
+    try:
+        calls = SparkCalls(reader, Logs(), "4.3")
+        calls.start()
+        began = time.monotonic()
+        calls.trigger()
+        first = time.monotonic() - began
+        assert calls.batches and ids_of(calls.batches[0][1]), "the first trigger planned no batch"
+        assert first < 3.0, f"the first batch waited {first:.1f} s for a backlog still coming in"
+        feeder.join(10)
+        wait_for(lambda: len(set(calls.ids())) >= 40, 60, "the rest of the backlog", step=calls.trigger)
+        assert sorted(set(calls.ids())) == sorted(ids)
+    finally:
+        stop.set()
