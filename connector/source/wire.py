@@ -157,7 +157,7 @@ def body_lengths(bodies: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.diff(offsets).astype(np.int64, copy=False)
 
 
-_NUMPY = {pa.int8(): np.dtype(np.int8), pa.int64(): np.dtype(np.int64)}
+_NUMPY: dict[pa.DataType, np.dtype] = {pa.int8(): np.dtype(np.int8), pa.int64(): np.dtype(np.int64)}
 
 
 def numbers(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
