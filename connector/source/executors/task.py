@@ -51,7 +51,7 @@ from ..pubsub.leaser import Leaser
 from ..storage import Storage, open_storage
 from ..storage.lease import Lease
 from ..transport import MODIFY_DEADLINE, Backoff, Rpc, group_by_subscription, is_transient, rpc_for
-from ..wire import MESSAGE_SCHEMA, body_lengths, pulled_batch
+from ..wire import MESSAGE_SCHEMA, body_lengths, numbers, pulled_batch
 from . import seen
 from .orders import SliceOrder
 from .store import (
@@ -239,7 +239,7 @@ class _Pulled:
             return False
         n = len(mids)
         roles = np.zeros(n, dtype=np.int8)
-        publish = batch.column(2).to_numpy()
+        publish = numbers(batch.column(2))
         evidence.last_oldest_us = int(publish.min())
         if self.order.cutoff_us is not None:
             roles[publish > self.order.cutoff_us] = LATER
@@ -431,7 +431,7 @@ class _Pulled:
         kept = oldest = None
         if self.chunks:
             roles = np.concatenate(self.roles)
-            publish = np.concatenate([b.column(2).to_numpy() for b in self.batches])
+            publish = np.concatenate([numbers(b.column(2)) for b in self.batches])
             keep = roles == KEEP
             kept = int(keep.sum())
             oldest = int(publish[keep].min()) if kept else None
