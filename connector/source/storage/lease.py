@@ -95,6 +95,8 @@ class Lease:
         self.margin = float(margin)
         self._clock = clock
         self._sleep = sleep
+        # Guards the holder's fields below. A renewal's swap goes without it (see renew()), so that
+        # check() and the fenced writes never wait for a storage call of the renewer's.
         self._mutex = threading.RLock()
         self._token = uuid.uuid4().hex
         self._generation: int | None = None
@@ -202,15 +204,26 @@ class Lease:
             Not held, released, or the swap failed: another process took the lease (this holder
             must stop writing; every later :meth:`check` raises too).
         """
+        # The swap goes without the mutex: a write can stall for longer than the lease (its process
+        # froze, its request queued), and check() must meanwhile answer from the last renewal that
+        # landed, not wait; only the stop_renewing()/release() path waits for it (they join).
         with self._mutex:
             if self._generation is None or self._lost is not None:
                 raise LeaseLost(f"lease {self._where()} is not held: {self._lost or 'never acquired'}")
+            held = self._generation
             expiry = self._clock() + self.ttl
-            try:
-                generation = self.storage.swap(self.key, self._record(expiry), self._generation)
-            except Exception as exc:
+            record = self._record(expiry)
+        try:
+            generation = self.storage.swap(self.key, record, held)
+        except Exception as exc:
+            with self._mutex:
                 self._renew_failed = f"the last renewal, at {_iso(self._clock())}, failed: {type(exc).__name__}: {exc}"
-                raise
+            raise
+        with self._mutex:
+            if self._generation != held or self._lost is not None:
+                # Released meanwhile (release() swapped on this generation after this swap landed,
+                # or before it and this one failed): nothing of this renewal is kept.
+                raise LeaseLost(f"lease {self._where()} is not held: {self._lost or 'never acquired'}")
             self._renew_failed = None
             if generation is None:
                 self._lost = "a renewal found the lease changed (another process took it over)"

@@ -193,6 +193,82 @@ def test_a_holder_whose_renewals_fail_is_told_why_it_stops(storage):
     a.check()
 
 
+class Stall:
+    """The storage with its swaps waiting until let go, as a write does when its process froze or
+    its request queued (and then lands)."""
+
+    def __init__(self, storage) -> None:
+        self._storage = storage
+        self.stalled = threading.Event()  # a swap is waiting
+        self.go = threading.Event()
+        self.go.set()
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def swap(self, *args, **kwargs):
+        if not self.go.is_set():
+            self.stalled.set()
+            self.go.wait(30)
+        return self._storage.swap(*args, **kwargs)
+
+
+def _returns_soon(call) -> BaseException | None:
+    """Run ``call`` on a thread; fail unless it ends within a second. Returns what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(1.0)
+    assert not t.is_alive(), f"{call} waited for the stalled renewal"
+    return raised[0] if raised else None
+
+
+def _returns_late(call) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - handed to the test
+        return exc
+    return None
+
+
+def test_a_renewal_that_stalls_neither_delays_nor_extends_the_holders_writes(storage):
+    """A slice claim's renewal stalls in the storage (seen in the simulation, executors/posix seed
+    465 on a1f7fcb): meanwhile the holder may still write until its last renewal's expiry less
+    the margin, and once that passes is refused at once. Waiting the stall out instead kept the
+    task from recording its slice until another attempt had taken the claim over and pulled the
+    slice again: both held their messages, past maxOutstandingMessages."""
+    clock = Clock()
+    slow = Stall(storage)
+    a = lease(slow, clock).acquire(wait=0)
+    slow.go.clear()
+    outcome: list[BaseException | None] = []
+    renewal = threading.Thread(target=lambda: outcome.append(_returns_late(a.renew)), daemon=True)
+    renewal.start()
+    assert slow.stalled.wait(5)
+    try:
+        clock.t = T0 + 10
+        assert _returns_soon(a.check) is None
+        assert _returns_soon(lambda: a.create("slices/1.arrow", b"by a")) is None
+        assert storage.stat("slices/1.arrow").metadata[FENCE_GENERATION] == str(a.generation)
+        clock.t = T0 + TTL - MARGIN  # the renewal in flight does not count until it lands
+        assert isinstance(_returns_soon(a.check), LeaseLost)
+        clock.t = T0 + TTL + MARGIN + 1
+        lease(storage, clock).acquire(wait=0)  # another process takes it over meanwhile
+    finally:
+        slow.go.set()
+    renewal.join(5)
+    assert isinstance(outcome[0], LeaseLost)  # it landed on a lease no longer its own
+    with pytest.raises(LeaseLost, match="another process took it over"):
+        a.check()
+
+
 @pytest.mark.parametrize("expired", [False, True], ids=["absent", "expired"])
 def test_concurrent_acquirers_one_holder(storage_url, expired):
     clock = Clock()
