@@ -152,7 +152,7 @@ def _pull_and_record(
         for e in pulled.evidence.values():
             e.shadow_until = max(e.shadow_until, until)
     try:
-        _pull(rpc, order, pulled)
+        _pull(rpc, order, pulled, claim)
         pulled.drop_unproven(rpc)
         pulled.mark_seen()
         pulled.leave_keys_to_siblings(store, rpc)
@@ -482,13 +482,17 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:
     return time.time() + max(order.lease_seconds, *order.deadlines.values(), 0)
 
 
-def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
+def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
     """Pull until the share is full, every subscription answered with nothing (more), or the time is up.
 
     Keeps several Pulls in flight (see the module's docstring); returns once none is. A Pull error
     is retried within that time only: the task then records what it holds (and says Pub/Sub was
     unavailable) rather than holding messages past their lease. An error that is not retried is
     raised once the other Pulls in flight answered, their messages kept (the caller hands them back).
+
+    Each Pull goes only while ``claim`` still allows writes (``LeaseLost`` otherwise, raised the
+    same way): once it may have lapsed (its renewals stalled or failed), another attempt may take
+    it over and pull the slice again, and what both held would pass the share.
     """
     end = time.monotonic() + order.seconds
     flight = _InFlight(rpc, order, end)
@@ -523,6 +527,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled) -> None:
                     turn += 1
                     sub = open_subs[turn % len(open_subs)]
                 turn += 1
+                claim.check()
                 flight.send(sub, ask)
             if not flight.count:
                 break

@@ -279,3 +279,54 @@ def test_a_failed_attempt_whose_hand_back_was_lost_leaves_its_retry_a_shadow(fak
     assert recorded is not None
     shadow = recorded[1].subs[SUB].shadow_until
     assert shadow >= failed_at + 59, f"the retry's evidence is shadowed {shadow - failed_at:.1f} s, not a lease"
+
+
+class _StalledRenewals:
+    """The stateDir's storage with every swap of a claim after the first (the claim itself) stalling
+    for ``stall`` seconds before it lands, as a write does when the request queued."""
+
+    def __init__(self, storage, stall: float) -> None:
+        self._storage = storage
+        self._stall = stall
+        self.claims = 0
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def swap(self, key, *args, **kwargs):
+        if key.endswith(".claim"):
+            self.claims += 1
+            if self.claims > 1:
+                time.sleep(self._stall)
+        return self._storage.swap(key, *args, **kwargs)
+
+
+def test_a_task_whose_claim_may_have_lapsed_sends_no_more_pulls_and_hands_its_messages_back(
+    fake, tmp_path, monkeypatch
+):
+    """The claim's renewals stall in the storage while the task still pulls (a claim of 3 s, a
+    margin of 0.5 s, a pull of 4 s). Once the claim may have lapsed another attempt can take it
+    over and pull the slice again: a task that went on pulling would hold its messages beside
+    that attempt's, past the share. It stops sending Pulls when its claim stops allowing writes,
+    hands back what it holds and fails (Spark retries it)."""
+    from crdb_pubsub.source.executors import store
+    from crdb_pubsub.source.storage import open_storage
+    from crdb_pubsub.source.storage.lease import LeaseLost
+
+    ttl, margin = 3.0, 0.5
+    monkeypatch.setattr(store, "CLAIM_TTL_SECONDS", ttl)
+    monkeypatch.setattr(store, "CLAIM_MARGIN_SECONDS", margin)
+    stalled = _StalledRenewals(open_storage(str(tmp_path)), stall=30.0)
+    monkeypatch.setattr(task, "_storage", lambda state_dir: stalled)
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 5000)
+    slow = _Slow(fake, lambda n: 0.25, cap=100, share=5000)
+    with pytest.raises(LeaseLost, match="may have expired"):
+        _read(tmp_path, _order(max_messages=5000, seconds=4.0))
+    assert stalled.claims >= 2, "no renewal was attempted"
+    sent = [came for came, _ in slow.spans]
+    assert max(sent) < slow.first + ttl - margin, (
+        f"a Pull went {max(sent) - slow.first:.2f} s after the claim, which allowed writes for {ttl - margin} s"
+    )
+    delivered = [m for m in fake.deliveries if fake.deliveries[m]]
+    assert delivered and set(fake.nacks) == set(delivered), "what the task held was not handed back"
