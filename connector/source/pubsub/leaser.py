@@ -15,6 +15,8 @@ deadline after the request was sent). Both receiver modes and the executors' tas
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import random
 import threading
@@ -42,9 +44,14 @@ class Leaser:
     A round (or an :meth:`extend`) larger than one request sends its requests from threads of that
     round, :data:`~..transport.REQUESTS_IN_FLIGHT` at most, and ends when every one was answered.
 
-    ``_lock`` guards ``_chunks`` and each registered chunk's lease fields (``lease_until``,
-    ``renew_at``, ``given_up``, ``proven_until``). It is never held across an RPC; no other lock
-    is taken under it.
+    A round visits only the chunks that are due (a queue ordered by ``renew_at``), and an
+    :meth:`add` wakes the thread only when it brings a renewal due before the next round: a window
+    of small answers holds thousands of chunks, and a scan of all of them at each answer cost more
+    than sorting the answers.
+
+    ``_lock`` guards ``_chunks``, ``_queue``, ``_next_round`` and each registered chunk's lease
+    fields (``lease_until``, ``renew_at``, ``given_up``, ``proven_until``). It is never held
+    across an RPC; no other lock is taken under it.
     """
 
     def __init__(
@@ -72,11 +79,16 @@ class Leaser:
         self._clock = clock
         self._name = name
         self._lock = threading.Lock()
-        # Insertion-ordered (a dict, not a set of objects hashed by address): renewals go out in
-        # the order chunks were added, the same in every run.
-        self._chunks: dict[Chunk, None] = {}
+        self._chunks: dict[Chunk, None] = {}  # the chunks leased here
+        # (renew_at, sequence, chunk), one entry each time a chunk's renew_at is set; an entry whose
+        # time is no longer its chunk's, or whose chunk is no longer leased, is skipped. Renewals
+        # go out by time, then in the order they were scheduled: the same in every run (the
+        # sequence, not the chunks' addresses, breaks ties).
+        self._queue: list[tuple[float, int, Chunk]] = []
+        self._sequence = itertools.count()
+        self._next_round = float("inf")  # when the thread's next round starts unless woken sooner
         self._stop = threading.Event()
-        self._wake = threading.Event()  # set by add() and stop(): the next round may be due sooner
+        self._wake = threading.Event()  # set by stop() and by what is due before _next_round
         self._thread: threading.Thread | None = None
         self._warned = False
 
@@ -96,7 +108,10 @@ class Leaser:
                 if renew_now:
                     c.renew_at = now
                 self._chunks[c] = None
-        self._wake.set()
+                self._enqueue(c)
+            wake = self._due_before_next_round(chunks)
+        if wake:
+            self._wake.set()
 
     def renew_soon(self, chunks: Iterable[Chunk]) -> None:
         """Renew ``chunks`` (those leased here) in the next round, which starts at once.
@@ -106,15 +121,25 @@ class Leaser:
         now = self._clock()
         with self._lock:
             for c in chunks:
-                if c in self._chunks:
-                    c.renew_at = min(c.renew_at, now)
+                if c in self._chunks and c.renew_at > now:
+                    c.renew_at = now
+                    self._enqueue(c)
         self._wake.set()
 
     def add_scheduled(self, chunk: Chunk) -> None:
         """Lease a chunk that already carries its lease state (one half of a split chunk)."""
         with self._lock:
             self._chunks[chunk] = None
-        self._wake.set()
+            self._enqueue(chunk)
+            wake = self._due_before_next_round([chunk])
+        if wake:
+            self._wake.set()
+
+    def _enqueue(self, c: Chunk) -> None:
+        heapq.heappush(self._queue, (c.renew_at, next(self._sequence), c))
+
+    def _due_before_next_round(self, chunks: list[Chunk]) -> bool:
+        return any(c.renew_at < self._next_round for c in chunks)
 
     def discard(self, chunks: list[Chunk], *, handing_back: bool = False) -> list[Chunk]:
         """Stop leasing ``chunks``.
@@ -130,7 +155,18 @@ class Leaser:
                 if handing_back and c in self._flying:
                     self._returned.add(c)
                     held.append(c)
+            self._compact_locked()
         return held
+
+    def _compact_locked(self) -> None:
+        """Drop the queue's entries of chunks no longer leased once they are most of it.
+
+        Their entries would otherwise keep acknowledged chunks (their ack ids) alive until their
+        renewal time, up to most of a lease after the acknowledgement.
+        """
+        if len(self._queue) > 2 * len(self._chunks) + 64:
+            self._queue = [e for e in self._queue if e[2] in self._chunks and e[0] == e[2].renew_at]
+            heapq.heapify(self._queue)
 
     def leased_until(self, chunks: Iterable[Chunk]) -> float:
         """Return the latest time (on this leaser's clock) until which ``chunks`` may be leased."""
@@ -167,7 +203,7 @@ class Leaser:
 
     def _run(self) -> None:
         # A round runs when the earliest renewal is due (not sooner than a tick apart, not later
-        # than IDLE_SECONDS), or at once when chunks are added.
+        # than IDLE_SECONDS), or at once when something due sooner is added (_next_round).
         sleep = TICK_SECONDS
         while True:
             self._wake.wait(sleep)
@@ -175,28 +211,28 @@ class Leaser:
             if self._stop.is_set():
                 return
             try:
-                next_due = self._tick()
+                self._tick()
             except Exception:
                 log.exception("lease renewal round failed")
-                next_due = None
-            left = IDLE_SECONDS if next_due is None else next_due - self._clock()
-            sleep = min(IDLE_SECONDS, max(TICK_SECONDS, left))
+                with self._lock:
+                    self._next_round = self._clock() + IDLE_SECONDS
+            sleep = max(0.0, self._next_round - self._clock())
 
-    def _tick(self) -> float | None:
-        """Renew what is due; return when the next renewal is due (``None``: nothing is leased)."""
+    def _tick(self) -> None:
+        """Renew what is due; set when the next round starts (``_next_round``)."""
         now = self._clock()
         due: dict[str, list[Chunk]] = {}
         given_up = 0
-        next_due: float | None = None
+        queue = self._queue
         with self._lock:
-            for c in list(self._chunks):
+            while queue and queue[0][0] <= now:
+                at, _, c = heapq.heappop(queue)
+                if at != c.renew_at or c not in self._chunks:
+                    continue  # rescheduled since (another entry has its time), or no longer leased
                 if c.state == DONE:
                     del self._chunks[c]
                     continue
                 if c.given_up:
-                    continue
-                if c.renew_at > now:
-                    next_due = c.renew_at if next_due is None else min(next_due, c.renew_at)
                     continue
                 if now - c.first_received + self._lease_seconds > self._max_lease_seconds:
                     c.given_up = True
@@ -206,7 +242,11 @@ class Leaser:
                 due.setdefault(c.sub, []).append(c)
                 self._flying[c] = self._flying.get(c, 0) + 1  # in flight from now: see discard()
                 self._schedule(c, float(self._lease_seconds), now)
-                next_due = c.renew_at if next_due is None else min(next_due, c.renew_at)
+                self._enqueue(c)
+            while queue and (queue[0][0] != queue[0][2].renew_at or queue[0][2] not in self._chunks):
+                heapq.heappop(queue)
+            left = queue[0][0] - now if queue else IDLE_SECONDS
+            self._next_round = now + min(IDLE_SECONDS, max(TICK_SECONDS, left))
         if given_up:
             self._on_given_up(given_up)
             if not self._warned:
@@ -218,9 +258,8 @@ class Leaser:
                 )
         if self._stop.is_set():
             self._landed([c for cs in due.values() for c in cs])
-            return next_due
+            return
         self._send_all(due, self._lease_seconds)
-        return next_due
 
     def _send_all(self, by_sub: dict[str, list[Chunk]], seconds: int) -> None:
         """Renew ``by_sub``'s chunks (noted in flight), in requests of whole chunks sent at once.

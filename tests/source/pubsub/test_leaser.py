@@ -109,3 +109,60 @@ def test_extending_from_the_callers_thread_sends_its_requests_at_once():
     leaser.extend(chunks, 60)
     assert sorted(map(len, seen)) == [2000, 2000]
     assert all(c.proven_until >= sent + 60 for c in chunks)
+
+
+def test_chunks_added_that_are_not_due_run_no_round():
+    """A window of small answers holds thousands of chunks: a round at every answer, each looking
+    at every chunk held, cost more than sorting the answers (bench_driver.py: the leaser's thread
+    2-4 us a message). An answer whose renewal is not due before the next round starts none."""
+    rounds = []
+
+    def clock() -> float:
+        if threading.current_thread().name == "leaser-under-test":
+            rounds.append(1)  # a round reads the clock once as it starts, and once after it
+        return time.monotonic()
+
+    leaser = Leaser(
+        lambda sub, ids, seconds: AckResult(confirmed=list(ids)),
+        lease_seconds=60,
+        max_lease_seconds=600,
+        clock=clock,
+        name="leaser-under-test",
+    )
+    leaser.start()
+    try:
+        time.sleep(0.3)  # its first round, with nothing leased: the next is a second away
+        before = len(rounds)
+        for i in range(200):
+            leaser.add([_chunk(f"m{i}")], 60.0)
+            time.sleep(0.001)
+        assert len(rounds) - before <= 4, f"{(len(rounds) - before) // 2} rounds for 200 chunks due in 30 s or more"
+    finally:
+        assert leaser.stop(timeout=2)
+
+
+def test_a_chunk_due_before_the_next_round_is_renewed_in_time():
+    """A round sleeps until the earliest renewal is due (up to a second); a chunk added with a
+    shorter deadline than that is renewed before its lease lapses all the same."""
+    renewed: dict[str, float] = {}
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        for a in ack_ids:
+            renewed.setdefault(a, time.monotonic())
+        return AckResult(confirmed=list(ack_ids))
+
+    leaser = Leaser(renew, lease_seconds=60, max_lease_seconds=600)
+    leaser.add([_chunk("long")], 60.0)
+    leaser.start()
+    try:
+        time.sleep(0.3)  # the leaser now sleeps toward its next round
+        added = time.monotonic()
+        leaser.add([_chunk("short")], 1.5)  # renewed between 0.5 s and its lapse at 1.5 s
+        deadline = added + 1.5
+        while "ack-short" not in renewed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "ack-short" in renewed, "the chunk's lease lapsed unrenewed"
+        assert renewed["ack-short"] - added < 1.5 - 0.5  # with the slack kept before a lease lapses
+        assert "ack-long" not in renewed
+    finally:
+        assert leaser.stop(timeout=2)
