@@ -224,6 +224,7 @@ class Leaser:
         due: dict[str, list[Chunk]] = {}
         given_up = 0
         queue = self._queue
+        renewed: list[Chunk] = []
         with self._lock:
             while queue and queue[0][0] <= now:
                 at, _, c = heapq.heappop(queue)
@@ -242,6 +243,8 @@ class Leaser:
                 due.setdefault(c.sub, []).append(c)
                 self._flying[c] = self._flying.get(c, 0) + 1  # in flight from now: see discard()
                 self._schedule(c, float(self._lease_seconds), now)
+                renewed.append(c)
+            for c in renewed:  # queued after the loop: a lease as short as its slack is due again at once
                 self._enqueue(c)
             while queue and (queue[0][0] != queue[0][2].renew_at or queue[0][2] not in self._chunks):
                 heapq.heappop(queue)

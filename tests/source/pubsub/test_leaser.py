@@ -166,3 +166,19 @@ def test_a_chunk_due_before_the_next_round_is_renewed_in_time():
         assert "ack-long" not in renewed
     finally:
         assert leaser.stop(timeout=2)
+
+
+def test_a_lease_as_short_as_its_slack_is_renewed_once_a_round():
+    """A one-second lease is due again as soon as it is renewed (a renewal keeps a second of slack):
+    each round renews it once, and the next round comes a tick later."""
+    renewals = []
+    leaser = Leaser(
+        lambda sub, ids, seconds: renewals.append(time.monotonic()) or AckResult(confirmed=list(ids)),
+        lease_seconds=1,
+        max_lease_seconds=600,
+    )
+    leaser.add([_chunk("short")], 1.0)
+    leaser.start()
+    time.sleep(0.5)
+    assert leaser.stop(timeout=2), "a renewal round did not end"
+    assert 2 <= len(renewals) <= 10, f"{len(renewals)} renewals in 0.5 s"
