@@ -241,3 +241,13 @@ def drawn_driver_posix_1463(seed: int = 1463) -> Scenario:
 def drawn_driver_gs_646(seed: int = 646) -> Scenario:
     """On 17201c3 (and 52b9d50): held 48 messages with a bound of 40, the hand-back of seed 1463."""
     return draw(seed, "driver", "gs")
+
+
+@finding
+def drawn_executors_posix_465(seed: int = 465) -> Scenario:
+    """On a1f7fcb (the leaser's queue, which only moved the world here): receiver=executors held 23
+    messages with a bound of 15. A speculative attempt's claim renewal stalled 16.5 s in the
+    storage holding the lease's mutex; the attempt's publish waited on it, the claim lapsed, and
+    the first attempt took it over and pulled the slice again while the speculative one still held
+    its messages (72de6fc, 18e042b)."""
+    return draw(seed, "executors", "posix")
