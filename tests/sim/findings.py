@@ -251,3 +251,12 @@ def drawn_executors_posix_465(seed: int = 465) -> Scenario:
     the first attempt took it over and pulled the slice again while the speculative one still held
     its messages (72de6fc, 18e042b)."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_executors_gs_1170(seed: int = 1170) -> Scenario:
+    """On ede0afc: an AvailableNow run ended with 3 of 60 messages unread. A task attempt that
+    died holding its claim had pulled them from a subscription whose deadline (60 s) is longer
+    than ackDeadlineSeconds (30 s); its retry shadowed the subscription for ackDeadlineSeconds only,
+    so the next process took an empty answer for proof while they were still leased to nobody."""
+    return draw(seed, "executors", "gs")

@@ -522,16 +522,18 @@ class ExecutorsMode:
     def _shadow_unregistered(self, bid: int, plan: Plan, registered: set[int]) -> None:
         """AvailableNow: a task that started pulling and did not register may have died holding leases.
 
-        What it pulled stays leased, to nobody, for up to a lease: no answer before then proves
-        its subscriptions drained.
+        What it pulled stays leased, to nobody, for up to a lease (the subscription's deadline from
+        its Pull, or ``ackDeadlineSeconds`` from its last extension, whichever is longer): no answer
+        before then proves its subscriptions drained.
         """
         subs = self._opts.subscription_paths
         for p in range(plan.parts):
             if p not in registered and self._store.claimed(bid, p):
-                until = time.time() + self._opts.ackDeadlineSeconds
+                now = time.time()
                 with self._lock:
                     for sub in plan.subscriptions(p, subs):
-                        self._drain.shadow(sub, until)
+                        longest = max(self._opts.ackDeadlineSeconds, self._subs[sub].ack_deadline)
+                        self._drain.shadow(sub, now + longest)
 
     def _note_availability(self, slices: Any) -> None:
         """Keep when the tasks last found Pub/Sub reachable (an AvailableNow run fails after too long without)."""

@@ -145,10 +145,11 @@ def _pull_and_record(
     previous = claim.previous
     if previous is not None:
         # An earlier attempt died while it held the claim: what it pulled stays leased, to nobody,
-        # for up to a lease. One that failed says until when what it could not hand back may be.
-        # No answer before then proves a subscription drained.
+        # for up to a lease: the subscription's deadline from its Pull, or ackDeadlineSeconds from
+        # its last extension, whichever is longer. One that failed says until when what it could
+        # not hand back may be. No answer before then proves a subscription drained.
         released = bool(previous.get("released"))
-        until = float(previous.get("leased_until") or 0.0) if released else time.time() + order.lease_seconds
+        until = float(previous.get("leased_until") or 0.0) if released else time.time() + _longest_lease(order)
         for e in pulled.evidence.values():
             e.shadow_until = max(e.shadow_until, until)
     try:
@@ -479,7 +480,12 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:
             log.warning("handing %d message(s) back to %s failed; they return when their leases lapse", failed, sub)
     if not lost:
         return 0.0
-    return time.time() + max(order.lease_seconds, *order.deadlines.values(), 0)
+    return time.time() + _longest_lease(order)
+
+
+def _longest_lease(order: SliceOrder) -> float:
+    """Return the longest a message this task pulled may stay leased from now, should it stop extending."""
+    return max(order.lease_seconds, *order.deadlines.values(), 0)
 
 
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:

@@ -1,0 +1,140 @@
+"""A task's claim on its slice (executors/task.py, executors/mode.py): an attempt pulls only while
+its claim allows writes; what an attempt that died holding it pulled stays leased, to nobody, for
+as long as the longest lease it may have had, and no empty answer before then proves its
+subscription drained (neither the retry's, nor the driver's when no retry ran)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from crdb_pubsub.source.executors import store, task
+from crdb_pubsub.source.executors.store import SliceInfo, SliceStore
+from crdb_pubsub.source.storage import open_storage
+from crdb_pubsub.source.storage.lease import Lease, LeaseLost
+from spark_calls import Logs, SparkCalls, ids_of
+
+from .test_pulls_in_flight import SUB, _order, _read, _Slow
+
+pytestmark = pytest.mark.virtual_time  # claims and leases lapse on the virtual clock (tests/virtual_time.py)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_worker(monkeypatch):
+    monkeypatch.setattr(task, "_LEARNED", {})
+
+
+class _StalledRenewals:
+    """The stateDir's storage with every swap of a claim after the first (the claim itself) stalling
+    for ``stall`` seconds before it lands, as a write does when the request queued."""
+
+    def __init__(self, storage, stall: float) -> None:
+        self._storage = storage
+        self._stall = stall
+        self.claims = 0
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def swap(self, key, *args, **kwargs):
+        if key.endswith(".claim"):
+            self.claims += 1
+            if self.claims > 1:
+                time.sleep(self._stall)
+        return self._storage.swap(key, *args, **kwargs)
+
+
+def test_a_task_whose_claim_may_have_lapsed_sends_no_more_pulls_and_hands_its_messages_back(
+    fake, tmp_path, monkeypatch
+):
+    """The claim's renewals stall in the storage while the task still pulls (a claim of 3 s, a
+    margin of 0.5 s, a pull of 4 s). Once the claim may have lapsed another attempt can take it
+    over and pull the slice again: a task that went on pulling would hold its messages beside
+    that attempt's, past the share. It stops sending Pulls when its claim stops allowing writes,
+    hands back what it holds and fails (Spark retries it)."""
+
+    ttl, margin = 3.0, 0.5
+    monkeypatch.setattr(store, "CLAIM_TTL_SECONDS", ttl)
+    monkeypatch.setattr(store, "CLAIM_MARGIN_SECONDS", margin)
+    stalled = _StalledRenewals(open_storage(str(tmp_path)), stall=30.0)
+    monkeypatch.setattr(task, "_storage", lambda state_dir: stalled)
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 5000)
+    slow = _Slow(fake, lambda n: 0.25, cap=100, share=5000)
+    with pytest.raises(LeaseLost, match="may have expired"):
+        _read(tmp_path, _order(max_messages=5000, seconds=4.0))
+    assert stalled.claims >= 2, "no renewal was attempted"
+    sent = [came for came, _ in slow.spans]
+    # Writes stop at the expiry less the margin; the last Pull checked before that may reach the
+    # server a little later, but before the expiry: nobody takes the claim over before it plus the margin.
+    assert max(sent) < slow.first + ttl, (
+        f"a Pull went {max(sent) - slow.first:.2f} s after the claim, which allowed writes for {ttl - margin} s"
+    )
+    delivered = [m for m in fake.deliveries if fake.deliveries[m]]
+    assert delivered and set(fake.nacks) == set(delivered), "what the task held was not handed back"
+
+
+def test_a_retry_that_takes_over_a_dead_attempts_claim_says_how_long_its_messages_may_stay_leased(fake, tmp_path):
+    """The first attempt died holding the claim, after pulling from a subscription whose deadline
+    (60 s) is longer than ``ackDeadlineSeconds`` (30 s): what it pulled stays leased, to nobody, for
+    up to the subscription's deadline, and no empty answer before then proves the subscription
+    drained (an AvailableNow run that took one as proof ended with those messages unread: the
+    simulation's executors/gs seed 1170)."""
+
+    storage = open_storage(str(tmp_path))
+    claim = SliceStore(storage)._claim(1, 0)
+    Lease(storage, claim, ttl=10, margin=2, clock=lambda: time.time() - 60).acquire(wait=0)  # died 48 s ago
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 10)
+    order = dataclasses.replace(_order(max_messages=10, deadline=60), lease_seconds=30)
+    t0 = time.time()
+    _read(tmp_path, order)
+    info = SliceInfo.of(SliceStore(storage).read(1, 0).schema)
+    assert info.subs[SUB].shadow_until >= t0 + 60, (
+        f"shadow {info.subs[SUB].shadow_until - t0:.0f} s from the takeover, the subscription's deadline 60 s"
+    )
+
+
+def test_an_available_now_run_waits_out_the_leases_of_a_task_that_died_holding_its_claim(fake, make_reader, tmp_path):
+    """Task 1 of the run's first batch claims its slice, pulls and dies before recording it, and
+    no retry runs (the sink read the batch only in part); Spark commits the batch. What it pulled
+    stays leased for the subscription's deadline (60 s), longer than ackDeadlineSeconds (30 s): the
+    run must read it once that lapses, not end on an empty answer before (the simulation's
+    executors/gs seed 1170, on the retry's side)."""
+    fake.create_subscription(SUB, ack_deadline=60)
+    ids = fake.publish(
+        SUB, [f'{{"Key":[{i}],"Value":{{"after":{{"id":{i}}}}},"Topic":"t"}}'.encode() for i in range(40)]
+    )
+    reader = make_reader(SUB, receiver="executors", stateDir=tmp_path / "state", numPartitions=2, ackDeadlineSeconds=30)
+    logs = Logs()
+    s = SparkCalls(reader, logs, "4.3")
+    s.start()
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    first, second = reader.partitions(start, end)
+    claim = SliceStore(open_storage(str(tmp_path / "state"))).claim(second.batch_id, second.index, wait=0)
+    claim.stop_renewing()  # the attempt dies: its claim is never released
+    dead = [m.mid for m in fake.pull(SUB, 5, 1.0, True)]
+    assert dead, "the dead attempt pulled nothing"
+    got = ids_of(list(pickle_roundtrip(reader).read(first)))
+    logs.offsets[0] = end
+    logs.commits.add(0)
+    s = SparkCalls(reader, logs, "4.3")
+    s.start()
+    t0 = time.monotonic()
+    while s.trigger():
+        assert time.monotonic() - t0 < 300, "the AvailableNow run did not end"
+    got += s.ids()
+    missing = set(ids) - set(got)
+    assert not missing, (
+        f"the run ended with {len(missing)} messages unread, {len(set(dead) & missing)} of them the dead attempt's"
+    )
+
+
+def pickle_roundtrip(reader):
+    import pickle
+
+    return pickle.loads(pickle.dumps(reader))
