@@ -534,7 +534,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
                     sub = open_subs[turn % len(open_subs)]
                 turn += 1
                 claim.check()
-                flight.send(sub, ask)
+                flight.send(sub, ask, probe=not out.largest)
             if not flight.count:
                 break
             done = flight.next()
@@ -549,8 +549,14 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
             more, service, messages = _accept(out, done)
             if not more and done.sub in open_subs:
                 open_subs.remove(done.sub)
+            # A Pull asked for less than the most only for lack of room holds the window back: the
+            # size probe asked for a few on purpose, and its window is the network's all the same.
             rules[done.sub].answered(
-                time.monotonic(), done.latency, service, messages, held_back=done.asked < MAX_PER_PULL
+                time.monotonic(),
+                done.latency,
+                service,
+                messages,
+                held_back=done.asked < MAX_PER_PULL and not done.probe,
             )
         out.extend_new()
     finally:
@@ -593,6 +599,7 @@ class _Done:
     outcome: Any
     evidence: _Evidence
     latency: float = 0.0
+    probe: bool = False  # sent before any message's size was known (asked for a few)
 
     def merge_into(self, evidence: _Evidence) -> None:
         evidence.shadow_until = max(evidence.shadow_until, self.evidence.shadow_until)
@@ -618,16 +625,16 @@ class _InFlight:
         self.asked = 0  # messages the Pulls in flight asked for
         self.by_sub = dict.fromkeys(order.subscriptions, 0)
 
-    def send(self, sub: str, max_messages: int) -> None:
+    def send(self, sub: str, max_messages: int, probe: bool = False) -> None:
         self.count += 1
         self.asked += max_messages
         self.by_sub[sub] += 1
         name = f"crdb-pubsub-task-pull-{self._order.batch_id}-{self._order.index}-{sub.rsplit('/', 1)[-1]}"
-        threading.Thread(target=self._run, args=(sub, max_messages), name=name, daemon=True).start()
+        threading.Thread(target=self._run, args=(sub, max_messages, probe), name=name, daemon=True).start()
 
-    def _run(self, sub: str, max_messages: int) -> None:
+    def _run(self, sub: str, max_messages: int, probe: bool) -> None:
         evidence = _Evidence()
-        done = _Done(sub, max_messages, None, evidence)
+        done = _Done(sub, max_messages, None, evidence, probe=probe)
         try:
             order = self._order
             done.outcome = _one_pull(

@@ -14,10 +14,10 @@ hold:
 * ``W / S`` says more would help: ``W`` is the shortest time a Pull that found messages waiting
   took (of the last :data:`LATENCY_MEMORY`), so time spent waiting for messages to be published
   never counts as network;
-* the last doubling paid: over a window of at least :data:`WINDOW_SECONDS` and
-  :data:`WINDOW_ANSWERS` answers, the subscription brought :data:`GAIN` times what it brought
-  before (a server whose own CPU is the bottleneck, like the emulator on the same machine, shows
-  no gain, and the doubling stops there);
+* the last doubling paid: over a window of at least :data:`WINDOW_ROUND_TRIPS` round trips (and
+  :data:`WINDOW_FLOOR_SECONDS`) and :data:`WINDOW_ANSWERS` answers, the subscription brought
+  :data:`GAIN` times what it brought before (a server whose own CPU is the bottleneck, like the
+  emulator on the same machine, shows no gain, and the doubling stops there);
 * the room did not hold a Pull back during that window (the driver's flow control, a task's share:
   a full window is Spark's pace, not the network's, and such a window is not judged).
 
@@ -45,8 +45,12 @@ MOST = 16  # 16 x 300 messages / 25 ms: ~190,000 messages a second, well above w
 LATENCY_MEMORY = 32
 # A receiver=executors task pulls its share for about a second: with 1 s windows it never doubled,
 # and a drain on the service's terms spent its first 3 s ramping 2 -> 4 -> 8 (docs/performance.md).
-# 20 answers at 25 ms from 2 Pulls take 0.25 s, so the window is still judged on 20 answers.
-WINDOW_SECONDS = 0.25
+# A window is judged once the Pulls a doubling added have answered a few times over (their round
+# trips, not a fixed time: 0.25 s windows took 2 -> 16 0.8 s of a 1.7 s task at 25 ms), on at least
+# 20 answers (answers vary in size: fewer would judge noise). 20 answers from 2 Pulls at 25 ms
+# take 0.25 s; from 8, 0.1 s.
+WINDOW_ROUND_TRIPS = 4
+WINDOW_FLOOR_SECONDS = 0.05
 WINDOW_ANSWERS = 20
 GAIN = 1.15
 SERVICE_FLOOR_SECONDS = 1e-4
@@ -86,7 +90,8 @@ class Concurrency:
         if self.settled:
             return self.pullers
         elapsed = now - self._window_start
-        if elapsed < WINDOW_SECONDS or self._window_answers < WINDOW_ANSWERS:
+        window = max(WINDOW_FLOOR_SECONDS, WINDOW_ROUND_TRIPS * self.round_trip())
+        if elapsed < window or self._window_answers < WINDOW_ANSWERS:
             return self.pullers
         rate = self._window_messages / elapsed
         judged = not self._held_back and self._window_messages > 0

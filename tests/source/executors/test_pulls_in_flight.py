@@ -190,8 +190,10 @@ def test_a_pull_that_fails_for_good_waits_for_the_others_and_hands_their_message
 
 def test_the_next_task_of_a_worker_starts_with_the_pulls_the_last_one_learned(fake, tmp_path):
     fake.create_subscription(SUB, ack_deadline=60)
-    ids = fake.publish(SUB, [b"x" * 100] * 20_000)
-    # A share far larger than what comes in the task's time: no Pull is cut by it, every window counts.
+    # More than the first task can pull in its time (16 x 100 / 0.1 s = 16,000 a second at most), so
+    # the next task finds messages. A share far larger than what comes in the task's time: no Pull
+    # is cut by it, every window counts.
+    ids = fake.publish(SUB, [b"x" * 100] * 60_000)
     first = _Slow(fake, lambda n: 0.1, cap=100, share=1_000_000)
     got, _ = _read(tmp_path / "a", _order(max_messages=1_000_000, seconds=3.0))
     learned = task._LEARNED[SUB]
@@ -279,3 +281,17 @@ def test_a_failed_attempt_whose_hand_back_was_lost_leaves_its_retry_a_shadow(fak
     assert recorded is not None
     shadow = recorded[1].subs[SUB].shadow_until
     assert shadow >= failed_at + 59, f"the retry's evidence is shadowed {shadow - failed_at:.1f} s, not a lease"
+
+
+def test_a_fresh_task_on_the_service_terms_ramps_up_within_its_first_second(fake, tmp_path):
+    """A task in a fresh Python worker, 25 ms from the service, answers of 300: its Pulls in flight
+    reach the most within 0.8 s. Its first Pull asks for a few on purpose (no
+    message size known yet); that is not the flow control holding it back, and the window it
+    falls in is judged (it was not, and the ramp took 1.1 s of a 2 s pull on the terms)."""
+    from crdb_pubsub.source.pubsub.concurrency import MOST
+
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 100_000)
+    slow = _Slow(fake, lambda n: 0.025, cap=300, share=1_000_000)
+    _read(tmp_path, _order(max_messages=1_000_000, seconds=0.8))
+    assert task._LEARNED[SUB] == MOST, f"{task._LEARNED[SUB]} Pulls after 0.8 s, {slow.most} at most in flight"

@@ -53,3 +53,10 @@ def test_a_pull_of_about_a_second_still_ramps_up():
     # Pulls in flight must double within that second, not after it.
     c = Concurrency(2, 0.0)
     assert _run(c, latency=0.025, service=0.0005, rate_of=lambda p: p * 12_000, seconds=1.0) == [2, 4, 8, 16]
+
+
+def test_a_doubling_is_judged_after_a_few_round_trips_not_a_fixed_time():
+    # 25 ms away a window of four round trips is 0.1 s: the ramp to 16 takes about half a second
+    # (0.25 s windows took 0.75 s, most of a task's pull on the service's terms).
+    c = Concurrency(2, 0.0)
+    assert _run(c, latency=0.025, service=0.0005, rate_of=lambda p: p * 12_000, seconds=0.55) == [2, 4, 8, 16]
