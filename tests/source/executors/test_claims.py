@@ -14,16 +14,11 @@ from crdb_pubsub.source.executors import store, task
 from crdb_pubsub.source.executors.store import SliceInfo, SliceStore
 from crdb_pubsub.source.storage import open_storage
 from crdb_pubsub.source.storage.lease import Lease, LeaseLost
-from spark_calls import Logs, SparkCalls, ids_of
+from spark_calls import Logs, SparkCalls, _roundtrip, ids_of
 
 from .test_pulls_in_flight import SUB, _order, _read, _Slow
 
 pytestmark = pytest.mark.virtual_time  # claims and leases lapse on the virtual clock (tests/virtual_time.py)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_worker(monkeypatch):
-    monkeypatch.setattr(task, "_LEARNED", {})
 
 
 class _StalledRenewals:
@@ -119,7 +114,7 @@ def test_an_available_now_run_waits_out_the_leases_of_a_task_that_died_holding_i
     claim.stop_renewing()  # the attempt dies: its claim is never released
     dead = [m.mid for m in fake.pull(SUB, 5, 1.0, True)]
     assert dead, "the dead attempt pulled nothing"
-    got = ids_of(list(pickle_roundtrip(reader).read(first)))
+    got = ids_of(list(_roundtrip(reader).read(first)))
     logs.offsets[0] = end
     logs.commits.add(0)
     s = SparkCalls(reader, logs, "4.3")
@@ -132,9 +127,3 @@ def test_an_available_now_run_waits_out_the_leases_of_a_task_that_died_holding_i
     assert not missing, (
         f"the run ended with {len(missing)} messages unread, {len(set(dead) & missing)} of them the dead attempt's"
     )
-
-
-def pickle_roundtrip(reader):
-    import pickle
-
-    return pickle.loads(pickle.dumps(reader))

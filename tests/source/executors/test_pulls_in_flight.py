@@ -79,12 +79,6 @@ class _Slow:
         return total
 
 
-@pytest.fixture(autouse=True)
-def _fresh_worker(monkeypatch):
-    """Each test is a fresh Python worker: nothing learned by an earlier task."""
-    monkeypatch.setattr(task, "_LEARNED", {})
-
-
 def _order(
     max_messages: int,
     max_bytes: int = 1 << 30,
