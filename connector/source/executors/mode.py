@@ -47,7 +47,7 @@ from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
 from ..transport import MODIFY_DEADLINE, AckResult, Rpc, rpc_for
 from ..wire import numbers
-from .orders import Plan, SliceOrder, orders_of
+from .orders import Plan, SliceOrder, longest_lease, orders_of
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
 from .task import PULL_TIMEOUT_SECONDS
@@ -522,9 +522,8 @@ class ExecutorsMode:
     def _shadow_unregistered(self, bid: int, plan: Plan, registered: set[int]) -> None:
         """AvailableNow: a task that started pulling and did not register may have died holding leases.
 
-        What it pulled stays leased, to nobody, for up to a lease (the subscription's deadline from
-        its Pull, or ``ackDeadlineSeconds`` from its last extension, whichever is longer): no answer
-        before then proves its subscriptions drained.
+        What it pulled stays leased, to nobody, for up to the longest lease it may have had
+        (:func:`.orders.longest_lease`): no answer before then proves its subscriptions drained.
         """
         subs = self._opts.subscription_paths
         for p in range(plan.parts):
@@ -532,7 +531,7 @@ class ExecutorsMode:
                 now = time.time()
                 with self._lock:
                     for sub in plan.subscriptions(p, subs):
-                        longest = max(self._opts.ackDeadlineSeconds, self._subs[sub].ack_deadline)
+                        longest = longest_lease(self._opts.ackDeadlineSeconds, [self._subs[sub].ack_deadline])
                         self._drain.shadow(sub, now + longest)
 
     def _note_availability(self, slices: Any) -> None:

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MAX_TASK_PULL_SECONDS = 5.0
 TASK_PULL_FRACTION = 0.4  # of the shortest subscription ack deadline: leases outlive the pull
+
+
+def longest_lease(lease_seconds: int, deadlines: Iterable[int]) -> int:
+    """Return the longest a message pulled from subscriptions of ``deadlines`` may stay leased, unextended.
+
+    A Pull leases for the subscription's deadline, an extension for ``lease_seconds``
+    (``ackDeadlineSeconds``): what an attempt that died held lapses after the longer of the two.
+    Both the retry that takes its claim over and the driver (when no retry ran) wait that long
+    before an empty answer may prove a subscription drained.
+    """
+    return max(lease_seconds, *deadlines, 0)
 
 
 @dataclass(frozen=True)

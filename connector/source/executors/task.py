@@ -53,7 +53,7 @@ from ..storage.lease import Lease
 from ..transport import MODIFY_DEADLINE, Backoff, Rpc, group_by_subscription, is_transient, rpc_for
 from ..wire import MESSAGE_SCHEMA, body_lengths, numbers, pulled_batch
 from . import seen
-from .orders import SliceOrder
+from .orders import SliceOrder, longest_lease
 from .store import (
     CLAIM_MARGIN_SECONDS,
     CLAIM_TTL_SECONDS,
@@ -148,11 +148,14 @@ def _pull_and_record(
     previous = claim.previous
     if previous is not None:
         # An earlier attempt died while it held the claim: what it pulled stays leased, to nobody,
-        # for up to a lease: the subscription's deadline from its Pull, or ackDeadlineSeconds from
-        # its last extension, whichever is longer. One that failed says until when what it could
-        # not hand back may be. No answer before then proves a subscription drained.
+        # for up to the longest lease it may have had. One that failed says until when what it
+        # could not hand back may be. No answer before then proves a subscription drained.
         released = bool(previous.get("released"))
-        until = float(previous.get("leased_until") or 0.0) if released else time.time() + _longest_lease(order)
+        until = (
+            float(previous.get("leased_until") or 0.0)
+            if released
+            else time.time() + longest_lease(order.lease_seconds, order.deadlines.values())
+        )
         for e in pulled.evidence.values():
             e.shadow_until = max(e.shadow_until, until)
     try:
@@ -483,12 +486,7 @@ def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:
             log.warning("handing %d message(s) back to %s failed; they return when their leases lapse", failed, sub)
     if not lost:
         return 0.0
-    return time.time() + _longest_lease(order)
-
-
-def _longest_lease(order: SliceOrder) -> float:
-    """Return the longest a message this task pulled may stay leased from now, should it stop extending."""
-    return max(order.lease_seconds, *order.deadlines.values(), 0)
+    return time.time() + longest_lease(order.lease_seconds, order.deadlines.values())
 
 
 def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
