@@ -22,7 +22,7 @@ import zlib
 import pytest
 
 # Helpers whose waits are the test's: they wait on the same clock as the source.
-HELPER_MODULES = ("fake_pubsub", "spark_calls", "polling")
+HELPER_MODULES = ("fake_pubsub", "spark_calls", "polling", "source.executors.one_task")
 MAX_VIRTUAL_SECONDS = 3600.0
 SLICE_SECONDS = 0.005  # a thread that runs this long without waiting lets the others run
 

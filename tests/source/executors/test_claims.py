@@ -16,7 +16,7 @@ from crdb_pubsub.source.storage import open_storage
 from crdb_pubsub.source.storage.lease import Lease, LeaseLost
 from spark_calls import Logs, SparkCalls, _roundtrip, ids_of
 
-from .test_pulls_in_flight import SUB, _order, _read, _Slow
+from .one_task import SUB, SlowPulls, one_order, read_slice
 
 pytestmark = pytest.mark.virtual_time  # claims and leases lapse on the virtual clock (tests/virtual_time.py)
 
@@ -57,9 +57,9 @@ def test_a_task_whose_claim_may_have_lapsed_sends_no_more_pulls_and_hands_its_me
     monkeypatch.setattr(task, "_storage", lambda state_dir: stalled)
     fake.create_subscription(SUB, ack_deadline=60)
     fake.publish(SUB, [b"x" * 100] * 5000)
-    slow = _Slow(fake, lambda n: 0.25, cap=100, share=5000)
+    slow = SlowPulls(fake, lambda n: 0.25, cap=100, share=5000)
     with pytest.raises(LeaseLost, match="may have expired"):
-        _read(tmp_path, _order(max_messages=5000, seconds=4.0))
+        read_slice(tmp_path, one_order(max_messages=5000, seconds=4.0))
     assert stalled.claims >= 2, "no renewal was attempted"
     sent = [came for came, _ in slow.spans]
     # Writes stop at the expiry less the margin; the last Pull checked before that may reach the
@@ -83,9 +83,9 @@ def test_a_retry_that_takes_over_a_dead_attempts_claim_says_how_long_its_message
     Lease(storage, claim, ttl=10, margin=2, clock=lambda: time.time() - 60).acquire(wait=0)  # died 48 s ago
     fake.create_subscription(SUB, ack_deadline=60)
     fake.publish(SUB, [b"x" * 100] * 10)
-    order = dataclasses.replace(_order(max_messages=10, deadline=60), lease_seconds=30)
+    order = dataclasses.replace(one_order(max_messages=10, deadline=60), lease_seconds=30)
     t0 = time.time()
-    _read(tmp_path, order)
+    read_slice(tmp_path, order)
     info = SliceInfo.of(SliceStore(storage).read(1, 0).schema)
     assert info.subs[SUB].shadow_until >= t0 + 60, (
         f"shadow {info.subs[SUB].shadow_until - t0:.0f} s from the takeover, the subscription's deadline 60 s"

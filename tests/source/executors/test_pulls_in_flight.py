@@ -4,126 +4,24 @@ flight bring once the share is full, or the time is up, is kept, never dropped o
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from crdb_pubsub.source.executors import task
-from crdb_pubsub.source.executors.orders import SliceOrder
-from crdb_pubsub.source.options import parse_options
+
+from .one_task import SUB, SlowPulls, one_order, read_slice
 
 pytestmark = pytest.mark.virtual_time  # the fake's waits and the source's on the virtual clock (tests/virtual_time.py)
-
-SUB = "projects/p/subscriptions/in-flight"
-
-
-class _Slow:
-    """Wraps the fake's Pull: each answers after ``delay(n)`` seconds (n: the Pull's number, from 0)
-    and brings at most ``cap`` messages, as the service answers a few hundred 25 ms away.
-
-    Counts the Pulls in flight, and checks that they never ask together for more than the share
-    leaves (``share`` less what was delivered).
-    """
-
-    def __init__(self, fake, delay, cap: int, share: int, fail=lambda n: None) -> None:
-        self._pull = fake.pull
-        self._delay = delay
-        self._fail = fail
-        self._cap = cap
-        self._share = share
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.now = 0
-        self.most = 0
-        self.asked = 0
-        self.delivered = 0
-        self.over: list[tuple[int, int]] = []  # (asked in flight, delivered) past the share
-        self.first = None  # when the first Pull came (monotonic)
-        self.answered: list[float] = []  # when each answer left
-        self.spans: list[tuple[float, float]] = []  # each Pull's (arrival, answer)
-        fake.pull = self
-
-    def __call__(self, sub, max_messages, timeout, return_immediately):
-        with self._lock:
-            n = self.calls
-            self.calls += 1
-            self.first = self.first or time.monotonic()
-            self.now += 1
-            self.most = max(self.most, self.now)
-            self.asked += max_messages
-            if self.asked + self.delivered > self._share:
-                self.over.append((self.asked, self.delivered))
-        got = []
-        came = time.monotonic()
-        try:
-            time.sleep(self._delay(n))
-            if self._fail(n) is not None:
-                raise self._fail(n)
-            got = self._pull(sub, min(max_messages, self._cap), timeout, return_immediately)
-            return got
-        finally:
-            with self._lock:
-                self.now -= 1
-                self.asked -= max_messages
-                self.delivered += len(got)
-                self.answered.append(time.monotonic())
-                self.spans.append((came, self.answered[-1]))
-
-    def busy(self) -> float:
-        """The seconds during which some Pull was in flight."""
-        total, end = 0.0, float("-inf")
-        for a, b in sorted(self.spans):
-            total += max(0.0, b - max(a, end))
-            end = max(end, b)
-        return total
-
-
-def _order(
-    max_messages: int,
-    max_bytes: int = 1 << 30,
-    seconds: float = 4.0,
-    batch: int = 1,
-    deadline: int = 60,
-    sub: str = SUB,
-) -> SliceOrder:
-    return SliceOrder(
-        batch_id=batch,
-        index=0,
-        parts=1,
-        subscriptions=(sub,),
-        max_messages=max_messages,
-        max_bytes=max_bytes,
-        seconds=seconds,
-        # Long enough that a first task's first answer, slow on a loaded machine (seconds), still
-        # has its lease proven when the slice is recorded.
-        deadlines={sub: deadline},
-        lease_seconds=60,
-    )
-
-
-def _read(tmp_path, order: SliceOrder) -> tuple[list[str], float]:
-    opts = parse_options(
-        {
-            "subscription": order.subscriptions[0],
-            "emulatorHost": "127.0.0.1:1",
-            "receiver": "executors",
-            "stateDir": str(tmp_path),
-        }
-    )
-    t0 = time.monotonic()
-    with task.pulled_slice(opts, order) as table:
-        took = time.monotonic() - t0
-        return table.column("message_id").to_pylist(), took
 
 
 def test_a_slow_server_gets_several_pulls_in_flight_and_the_slice_fills_sooner(fake, tmp_path):
     fake.create_subscription(SUB, ack_deadline=60)
     ids = fake.publish(SUB, [b"x" * 100] * 2000)
-    assert _read(tmp_path / "w", _order(max_messages=10, batch=0))[0] == ids[:10]  # what a first task costs
+    assert read_slice(tmp_path / "w", one_order(max_messages=10, batch=0))[0] == ids[:10]  # what a first task costs
     delay = 0.25
-    slow = _Slow(fake, lambda n: delay, cap=100, share=610)
-    got, _ = _read(tmp_path / "a", _order(max_messages=610))
+    slow = SlowPulls(fake, lambda n: delay, cap=100, share=610)
+    got, _ = read_slice(tmp_path / "a", one_order(max_messages=610))
     assert sorted(got, key=int) == ids[10:620] and len(set(got)) == 610
     assert slow.most >= 2, "one Pull at a time"
     assert not slow.over, "the Pulls in flight asked for more than the share left"
@@ -141,8 +39,8 @@ def test_what_pulls_in_flight_bring_after_the_share_filled_is_kept(fake, tmp_pat
     # while the other Pull in flight, slower, still brings its own.
     small = fake.publish(SUB, [b"s" * 10] * 10)
     large = fake.publish(SUB, [b"L" * 1000] * 200)
-    slow = _Slow(fake, lambda n: 0.5 if n == 2 else 0.02, cap=30, share=500)
-    got, _ = _read(tmp_path, _order(max_messages=500, max_bytes=20_000))
+    slow = SlowPulls(fake, lambda n: 0.5 if n == 2 else 0.02, cap=30, share=500)
+    got, _ = read_slice(tmp_path, one_order(max_messages=500, max_bytes=20_000))
     assert slow.most >= 2
     delivered = [m for m in small + large if fake.deliveries[m]]
     assert len(delivered) == 10 + 30 + 30  # the first answer of large ones filled the share's bytes
@@ -156,8 +54,8 @@ def test_pulls_in_flight_when_the_time_is_up_are_waited_for_and_kept(fake, tmp_p
     ids = fake.publish(SUB, [b"x" * 100] * 1000)
     # Every Pull after the first answers 0.4 s after it was sent; the task's time is 0.5 s: Pulls
     # are in flight when it is up.
-    slow = _Slow(fake, lambda n: 0.0 if n == 0 else 0.4, cap=50, share=1000)
-    got, took = _read(tmp_path, _order(max_messages=1000, seconds=0.5))
+    slow = SlowPulls(fake, lambda n: 0.0 if n == 0 else 0.4, cap=50, share=1000)
+    got, took = read_slice(tmp_path, one_order(max_messages=1000, seconds=0.5))
     assert slow.most >= 2
     assert max(slow.answered) > slow.first + 0.5, "no Pull answered after the time was up"
     delivered = [m for m in ids if fake.deliveries[m]]
@@ -174,9 +72,9 @@ def test_a_pull_that_fails_for_good_waits_for_the_others_and_hands_their_message
     fake.publish(SUB, [b"x" * 100] * 1000)
     # The second Pull of the first pair is refused, before the first one answers.
     refused = gexc.PermissionDenied("not allowed (fake)")
-    _Slow(fake, lambda n: 0.2 if n == 1 else 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
+    SlowPulls(fake, lambda n: 0.2 if n == 1 else 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
     with pytest.raises(gexc.PermissionDenied):
-        _read(tmp_path, _order(max_messages=1000))
+        read_slice(tmp_path, one_order(max_messages=1000))
     delivered = [m for m in fake.deliveries if fake.deliveries[m]]
     assert len(delivered) == 10 + 50  # the first answer and the slow one still in flight
     assert set(fake.nacks) == set(delivered), "what the Pulls brought was not handed back"
@@ -188,14 +86,14 @@ def test_the_next_task_of_a_worker_starts_with_the_pulls_the_last_one_learned(fa
     # the next task finds messages. A share far larger than what comes in the task's time: no Pull
     # is cut by it, every window counts.
     ids = fake.publish(SUB, [b"x" * 100] * 60_000)
-    first = _Slow(fake, lambda n: 0.1, cap=100, share=1_000_000)
-    got, _ = _read(tmp_path / "a", _order(max_messages=1_000_000, seconds=3.0))
+    first = SlowPulls(fake, lambda n: 0.1, cap=100, share=1_000_000)
+    got, _ = read_slice(tmp_path / "a", one_order(max_messages=1_000_000, seconds=3.0))
     learned = task._LEARNED[SUB]
     assert learned > task.START, f"a 0.1 s round trip and answers of 100 left the task at {learned} Pulls"
     assert first.most <= learned
     fake.pull = first._pull  # unwrap: the next task's server is as slow, counted afresh
-    second = _Slow(fake, lambda n: 0.1, cap=100, share=1_000_000)
-    got2, _ = _read(tmp_path / "b", _order(max_messages=1_000_000, seconds=1.0, batch=2))
+    second = SlowPulls(fake, lambda n: 0.1, cap=100, share=1_000_000)
+    got2, _ = read_slice(tmp_path / "b", one_order(max_messages=1_000_000, seconds=1.0, batch=2))
     assert second.most >= learned, f"the next task kept {second.most} Pulls in flight, not the {learned} learned"
     assert set(got).isdisjoint(got2) and set(got) | set(got2) <= set(ids)
 
@@ -230,11 +128,11 @@ def test_a_task_keeps_pulling_while_lease_extensions_wait_for_their_answers(fake
         sub = f"{SUB}-{deadline}"
         fake.create_subscription(sub, ack_deadline=deadline)
         ids = fake.publish(sub, [b"x" * 100] * 2000)
-        warm = _order(max_messages=10, batch=0, deadline=deadline, sub=sub)
-        assert _read(tmp_path / f"w{deadline}", warm)[0] == ids[:10]
-        slow = _Slow(fake, lambda n: 0.025, cap=100, share=1500)
+        warm = one_order(max_messages=10, batch=0, deadline=deadline, sub=sub)
+        assert read_slice(tmp_path / f"w{deadline}", warm)[0] == ids[:10]
+        slow = SlowPulls(fake, lambda n: 0.025, cap=100, share=1500)
         extending = _SlowToExtend(fake, 0.025)
-        got, _ = _read(tmp_path / f"a{deadline}", _order(max_messages=1500, deadline=deadline, sub=sub))
+        got, _ = read_slice(tmp_path / f"a{deadline}", one_order(max_messages=1500, deadline=deadline, sub=sub))
         assert sorted(got, key=int) == ids[10:1510]
         assert extending.spans, "nothing was extended"
         took[deadline] = max(slow.answered) - slow.first
@@ -256,7 +154,7 @@ def test_a_failed_attempt_whose_hand_back_was_lost_leaves_its_retry_a_shadow(fak
     fake.create_subscription(SUB, ack_deadline=60)
     fake.publish(SUB, [b"x" * 100] * 1000)
     refused = gexc.PermissionDenied("not allowed (fake)")
-    slow = _Slow(fake, lambda n: 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
+    slow = SlowPulls(fake, lambda n: 0.02, cap=50, share=1000, fail=lambda n: refused if n == 2 else None)
     modify = fake.modify_ack_deadline
 
     def lost_hand_backs(sub, ack_ids, seconds):
@@ -265,12 +163,12 @@ def test_a_failed_attempt_whose_hand_back_was_lost_leaves_its_retry_a_shadow(fak
         return modify(sub, ack_ids, seconds)
 
     fake.modify_ack_deadline = lost_hand_backs
-    order = _order(max_messages=1000)
+    order = one_order(max_messages=1000)
     with pytest.raises(gexc.PermissionDenied):
-        _read(tmp_path, order)
+        read_slice(tmp_path, order)
     failed_at = time.time()
     fake.pull, fake.modify_ack_deadline = slow._pull, modify
-    _read(tmp_path, order)  # the retry
+    read_slice(tmp_path, order)  # the retry
     recorded = SliceStore(task._storage(str(tmp_path))).read_acks(order.batch_id, order.index)
     assert recorded is not None
     shadow = recorded[1].subs[SUB].shadow_until
@@ -294,8 +192,8 @@ def test_a_tasks_size_probe_is_not_the_flow_control_holding_it_back(fake, tmp_pa
     monkeypatch.setattr(task, "Concurrency", Recording)
     fake.create_subscription(SUB, ack_deadline=60)
     fake.publish(SUB, [b"x" * 100] * 2_000)
-    _Slow(fake, lambda n: 0.025, cap=300, share=1_000_000)
-    _read(tmp_path, _order(max_messages=1_000_000, seconds=0.5))
+    SlowPulls(fake, lambda n: 0.025, cap=300, share=1_000_000)
+    read_slice(tmp_path, one_order(max_messages=1_000_000, seconds=0.5))
     probe, *rest = reported
     assert probe[0] == task.FIRST_PULL_MESSAGES and rest, reported[:3]
     assert not probe[1], "the size probe was reported as held back by the room"
