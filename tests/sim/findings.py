@@ -260,3 +260,35 @@ def drawn_executors_gs_1170(seed: int = 1170) -> Scenario:
     than ackDeadlineSeconds (30 s); its retry shadowed the subscription for ackDeadlineSeconds only,
     so the next process took an empty answer for proof while they were still leased to nobody."""
     return draw(seed, "executors", "gs")
+
+
+# Found by a sweep beyond CI's seeds (1500-3000) on 988fb21.
+
+
+@finding
+def available_now_on_an_ordered_live_topic_with_a_small_window_driver(seed: int = 0) -> Scenario:
+    """The calm world of seed 2025 below (on 988fb21 it passed 3,000 s without ending): 200 messages
+    on 20 ordering keys published while the run reads a backlog of 40, 15 held at most."""
+    return calm(
+        "driver",
+        "posix",
+        seed,
+        trigger="available_now",
+        ordered=True,
+        keys=20,
+        backlog=40,
+        live=200,
+        live_seconds=4.0,
+        sub_deadline=20,
+        options={"maxOutstandingMessages": "15", "ackDeadlineSeconds": "60"},
+    )
+
+
+@finding
+def drawn_driver_posix_2025(seed: int = 2025) -> Scenario:
+    """On 988fb21: an AvailableNow run on an ordered subscription never ended. Messages published
+    after its cutoff filled maxOutstandingMessages=15; each hand-back of them gave room that the
+    pullers took at once, so every Pull went while a hand-back was in flight, and an ordered
+    subscription's answer counted as no evidence while any acknowledgement or hand-back was. A
+    hand-back of messages after the cutoff holds back only their keys' later messages."""
+    return draw(seed, "driver", "posix")

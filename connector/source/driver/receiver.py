@@ -231,10 +231,12 @@ class Receiver:
         info = self._info.get(sub)
         outstanding = False
         if info is not None and info.ordered:
-            # Held messages, and acknowledgements not yet answered, hold their keys' next ones back.
+            # Held messages, and acknowledgements and hand-backs not yet answered, hold their keys'
+            # next ones back; those published after the cutoff hold back only later ones still (a
+            # key's messages come in publish order).
             with self._cond:
                 outstanding = any(c.state != LATER for c in set(self._held[sub].values()))
-            outstanding = outstanding or self.acker.busy()
+            outstanding = outstanding or self.acker.holding_back(sub)
         now = self._clock()
         with self._cond:
             # Once a Pull of this subscription timed out, an AvailableNow run asks with
@@ -580,7 +582,12 @@ class Receiver:
         self._give_room(chunks)
 
     def _hand_back(
-        self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
+        self,
+        chunks: Iterable[Chunk],
+        total: float | None = None,
+        on_done: Callable[[AckResult], None] | None = None,
+        *,
+        after_cutoff: bool = False,
     ) -> int:
         with self._cond:
             live = self._retire_locked(chunks)
@@ -588,7 +595,7 @@ class Receiver:
         # still held, their room kept, until then.
         waiting = set(self.leaser.discard(live, handing_back=True))
         ready = [c for c in live if c not in waiting] if waiting else live
-        self._nack(ready, total, on_done)
+        self._nack(ready, total, on_done, holds_keys=not after_cutoff)
         # Their room is given back once their hand-back is queued, not before: a puller given it in
         # between would hold more than maxOutstandingMessages while this thread is off the CPU.
         self._give_room(ready)
@@ -597,7 +604,12 @@ class Receiver:
         return n
 
     def _nack(
-        self, chunks: list[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
+        self,
+        chunks: list[Chunk],
+        total: float | None = None,
+        on_done: Callable[[AckResult], None] | None = None,
+        *,
+        holds_keys: bool = True,
     ) -> None:
         by_sub: dict[str, list[Chunk]] = {}
         for c in chunks:
@@ -605,7 +617,7 @@ class Receiver:
         for sub, cs in by_sub.items():
             ids = [a for c in cs for a in c.fresh_ack_ids()]
             done = self._on_handed_back(sub, self.leaser.leased_until(cs), on_done)
-            self.acker.submit(Job(NACK, sub, ids, on_done=done, total=total))
+            self.acker.submit(Job(NACK, sub, ids, on_done=done, total=total, holds_keys=holds_keys))
 
     def _on_handed_back(
         self, sub: str, lease_until: float, then: Callable[[AckResult], None] | None
@@ -695,7 +707,7 @@ class Receiver:
         """
         with self._cond:
             later, self._later = self._later, []
-        return self._hand_back(later)
+        return self._hand_back(later, after_cutoff=True)
 
     def buffered_count_locked(self) -> int:
         return self._buffered

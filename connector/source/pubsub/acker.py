@@ -40,6 +40,10 @@ class Job:
     ack_ids: list[str]
     on_done: Callable[[AckResult], None] | None = None
     total: float | None = None  # a tighter deadline than the transport's (shutdown)
+    # Until answered, its messages may hold back their ordering keys' next messages (see
+    # :meth:`Acker.holding_back`). False for messages whose keys' next ones matter to no one yet:
+    # those an AvailableNow run hands back as published after its cutoff.
+    holds_keys: bool = True
 
 
 class _Parts:
@@ -64,8 +68,9 @@ class _Parts:
 class Acker:
     """Sends queued :class:`Job` s from :data:`SENDERS` threads of its own.
 
-    ``_cond``'s lock guards ``_queue`` and ``_pending`` (jobs not answered yet); it is a leaf lock,
-    never held across an RPC or a callback.
+    ``_cond``'s lock guards ``_queue``, ``_pending`` (jobs not answered yet) and ``_holding`` (of
+    those, the ones that hold keys, by subscription); it is a leaf lock, never held across an RPC
+    or a callback.
     """
 
     def __init__(self, rpc: Rpc, *, senders: int = SENDERS) -> None:
@@ -73,6 +78,7 @@ class Acker:
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
         self._pending = 0
+        self._holding: dict[str, int] = {}
         self._stopping = False
         self._threads = [
             threading.Thread(target=self._run, name=f"crdb-pubsub-acker-{i}", daemon=True) for i in range(senders)
@@ -93,9 +99,11 @@ class Acker:
         parts = list(chunk_ack_ids(job.ack_ids))
         if len(parts) > 1:
             done = _Parts(len(parts), job.on_done)
-            jobs = [Job(job.kind, job.sub, p, done.answered, job.total) for p in parts]
+            jobs = [Job(job.kind, job.sub, p, done.answered, job.total, job.holds_keys) for p in parts]
         with self._cond:
             self._pending += len(jobs)
+            if job.holds_keys:
+                self._holding[job.sub] = self._holding.get(job.sub, 0) + len(jobs)
             self._queue.extend(jobs)
             self._cond.notify_all()
 
@@ -103,6 +111,15 @@ class Acker:
         """Return whether some submitted job is not answered yet."""
         with self._cond:
             return self._pending > 0
+
+    def holding_back(self, sub: str) -> bool:
+        """Return whether a job on ``sub`` that holds keys (:attr:`Job.holds_keys`) is not answered yet.
+
+        On an ordered subscription Pub/Sub delivers a key's next messages only once the ones
+        before are acknowledged or handed back: until then an answer shows nothing about them.
+        """
+        with self._cond:
+            return self._holding.get(sub, 0) > 0
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted job was answered; False if ``timeout`` ran out first."""
@@ -176,6 +193,9 @@ class Acker:
         finally:
             with self._cond:
                 self._pending -= len(jobs)
+                holding = sum(j.holds_keys for j in jobs)
+                if holding:
+                    self._holding[jobs[0].sub] -= holding
                 self._cond.notify_all()
 
     def _send(self, kind: str, sub: str, ack_ids: list[str], total: float | None) -> AckResult:

@@ -521,3 +521,68 @@ def test_a_pull_answered_while_stopping_whose_hand_back_was_lost_is_reported_lea
     leased_until = r.shutdown(hand_back=True, within=3)
     stopping.join()
     assert leased_until > time.time(), "a message leased to nobody was not reported"
+
+
+class _OrderedInfo(_Info):
+    enable_message_ordering = True
+
+
+class _SlowAcknowledgements(_AnsweringRpc):
+    """An ordered subscription whose acknowledgements and hand-backs are answered once released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def get_subscription(self, subscription):
+        return _OrderedInfo()
+
+    def acknowledge(self, subscription, ack_ids, *, total=None):
+        self.release.wait(10)
+        return super().acknowledge(subscription, ack_ids, total=total)
+
+    def modify_ack_deadline(self, subscription, ack_ids, seconds, *, total=None):
+        if seconds == 0:
+            self.release.wait(10)
+        return _ok(ack_ids)
+
+
+def test_a_hand_back_of_messages_published_after_the_cutoff_holds_no_earlier_message_back():
+    """On an ordered subscription a Pull proves nothing about what waits while the run holds or
+    acknowledges messages: Pub/Sub holds their keys' next ones back. What an AvailableNow run hands
+    back because it was published after its cutoff holds back only later messages still (a key's
+    come in publish order), so a Pull sent while that hand-back is in flight counts as evidence.
+    (Found by the simulation, seed 2025 of driver/posix: messages after the cutoff filled
+    maxOutstandingMessages=15; each hand-back gave room the pullers took at once, every Pull went
+    while one was in flight, and the run never ended.)"""
+    from crdb_pubsub.source.driver.flow import Reservation
+
+    cutoff_s = 1_700_000_100
+    rpc = _SlowAcknowledgements()
+    r = Receiver(rpc, ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
+    r.open()
+    r.acker.start()
+    try:
+        r.set_cutoff(cutoff_s * 10**6)
+        early = {"ack_id": "a0", "message_id": "0", "ordering_key": "k", "seconds": cutoff_s - 1}
+        later = [
+            {"ack_id": f"a{i}", "message_id": str(i), "ordering_key": "k", "seconds": cutoff_s + i} for i in (1, 2)
+        ]
+        r.accept("s", _response([early, *later]), Reservation(3, 0))
+        assert r.hand_back_later() == 2
+        assert r.acker.busy()
+        sent = r.sending("s")
+        assert sent.outstanding, "the message before the cutoff is held: its key's next ones wait"
+        r.ack(r.take())
+        assert r.sending("s").outstanding, "its acknowledgement is in flight: its key's next ones wait"
+        rpc.release.set()
+        assert r.acker.flush(5)
+        rpc.release.clear()
+        # Only later messages handed back, and that hand-back in flight.
+        r.accept("s", _response([{**m, "ack_id": "b" + m["ack_id"]} for m in later]), Reservation(2, 0))
+        assert r.hand_back_later() == 2
+        assert r.acker.busy()
+        assert not r.sending("s").outstanding, "a hand-back of later messages counted as holding earlier ones back"
+    finally:
+        rpc.release.set()
+        r.shutdown(hand_back=False, within=1)
