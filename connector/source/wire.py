@@ -176,6 +176,12 @@ def numbers(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
 
 
+def mask(values: np.ndarray) -> pa.BooleanArray:
+    """Return a numpy boolean array as Arrow's, from its bits (``pa.array`` imports pandas, see :func:`numbers`)."""
+    bits = np.packbits(values.astype(bool, copy=False), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+
+
 def largest_body(batch: pa.RecordBatch) -> int:
     """Return the size in bytes of the largest body in ``batch`` (0 when empty)."""
     lengths = body_lengths(batch.column(0))

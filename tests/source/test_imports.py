@@ -15,6 +15,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from conftest import pull_ids
 from crdb_pubsub.source.datasource import CrdbPubSubDataSource
 
 from .test_wire import _response
@@ -97,3 +100,56 @@ def test_the_runner_path_imports_neither_the_decoder_nor_pandas():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"the runner's path imported {out.stdout.strip()}"
+
+
+# receiver=executors: the runner plans the slices, and once Spark commits, reads what the tasks
+# recorded and acknowledges it. Its tasks run here in processes of their own, as on executors.
+EXECUTORS_RUNNER_PATH = textwrap.dedent(
+    """
+    import pickle, subprocess, sys
+
+    reader = pickle.loads(READER)
+    start = reader.initialOffset()
+    limit = reader.getDefaultReadLimit()
+    end = reader.latestOffset(start, limit)
+    assert end != start, "no batch was planned"
+    for p in reader.partitions(start, end):
+        task = subprocess.run([sys.executable, "-c", TASK], input=pickle.dumps((reader, p)), capture_output=True)
+        assert task.returncode == 0, task.stderr.decode()
+    reader.commit(end)
+    reader.latestOffset(end, limit)  # acknowledges the batch
+    reader.stop()
+    print(" ".join(m for m in ("pandas", "crdb_pubsub.decode.decoder") if m in sys.modules))
+    """
+)
+
+TASK = textwrap.dedent(
+    """
+    import pickle, sys
+    reader, partition = pickle.loads(sys.stdin.buffer.read())
+    for _ in reader.read(partition):
+        pass
+    """
+)
+
+
+@pytest.mark.integration
+def test_the_runner_path_of_receiver_executors_imports_neither_the_decoder_nor_pandas(
+    emulator_host, make_subscription, publish, tmp_path
+):
+    topic, sub = make_subscription(ack_deadline_seconds=30)
+    ids = publish(topic, [f'{{"after": {{"k": {i}}}, "key": [{i}]}}'.encode() for i in range(20)])
+    options = {
+        "subscription": sub,
+        "emulatorHost": emulator_host,
+        "receiver": "executors",
+        "numPartitions": "2",
+        "stateDir": str(tmp_path / "state"),
+    }
+    ds = CrdbPubSubDataSource(options)
+    reader = pickle.dumps(ds.streamReader(ds.schema()))
+    script = f"READER = {reader!r}\nTASK = {TASK!r}\n" + EXECUTORS_RUNNER_PATH
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"the runner's path imported {out.stdout.strip()}"
+    assert pull_ids(emulator_host, sub, timeout=1.0) == [], f"the batch of {len(ids)} was not acknowledged"

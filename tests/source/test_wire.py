@@ -103,3 +103,18 @@ def test_numbers_reads_slices_and_chunked_columns_as_their_values():
     roles = pa.chunked_array([pa.array([0, 1], pa.int8()), pa.array([9, 2], pa.int8()).slice(1)], pa.int8())
     assert wire.numbers(roles).tolist() == [0, 1, 2]
     assert wire.numbers(pa.chunked_array([], pa.int8())).tolist() == []
+
+
+def test_mask_is_the_boolean_array_of_its_values():
+    import numpy as np
+    import pyarrow as pa
+
+    from crdb_pubsub.source.wire import mask
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 7, 8, 9, 1000):
+        values = rng.random(n) < 0.5
+        got = mask(values)
+        assert got.equals(pa.array(values.tolist(), pa.bool_())), n
+        table = pa.table({"i": list(range(n))})
+        assert table.filter(got).column("i").to_pylist() == [i for i in range(n) if values[i]]

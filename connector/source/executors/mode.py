@@ -46,7 +46,7 @@ from ..pubsub.remembered import IdSet, Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
 from ..transport import MODIFY_DEADLINE, AckResult, Rpc, rpc_for
-from ..wire import numbers
+from ..wire import mask, numbers
 from .orders import Plan, SliceOrder, longest_lease, orders_of
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
@@ -432,10 +432,10 @@ class ExecutorsMode:
         proven = now + (info.proven_until - time.time()) - CLOCK_SKEW_SECONDS
         chunks = _chunks(table, roles != LATER, now, proven)
         later = _chunks(table, roles == LATER, now, proven)
-        acks = table.filter(pa.array(roles != LATER)).select(["sub", "message_id", "ack_id"])
+        acks = table.filter(mask(roles != LATER)).select(["sub", "message_id", "ack_id"])
         kept_ids = {
             sub: IdSet.of(ids)
-            for sub, ids in _by_sub(table.filter(pa.array(roles == KEEP)).select(["sub", "message_id"])).items()
+            for sub, ids in _by_sub(table.filter(mask(roles == KEEP)).select(["sub", "message_id"])).items()
         }
         s = _Slice(chunks, later, info, acks, kept_ids)
         with self._lock:
@@ -659,11 +659,11 @@ def _by_sub(table: pa.Table) -> dict[str, list[str]]:
     return out
 
 
-def _chunks(table: pa.Table, mask: np.ndarray, now: float, proven: float) -> list[Chunk]:
-    """One chunk per subscription of a slice's rows where ``mask``."""
-    if not mask.any():
+def _chunks(table: pa.Table, rows: np.ndarray, now: float, proven: float) -> list[Chunk]:
+    """One chunk per subscription of a slice's ``rows`` (a boolean mask)."""
+    if not rows.any():
         return []
-    part = table.filter(pa.array(mask)) if not mask.all() else table
+    part = table.filter(mask(rows)) if not rows.all() else table
     subs = part.column("sub").to_pylist()
     mids = part.column("message_id").to_pylist()
     acks = part.column("ack_id").to_pylist()
