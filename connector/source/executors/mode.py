@@ -659,11 +659,11 @@ def _by_sub(table: pa.Table) -> dict[str, list[str]]:
     return out
 
 
-def _chunks(table: pa.Table, rows: np.ndarray, now: float, proven: float) -> list[Chunk]:
-    """One chunk per subscription of a slice's ``rows`` (a boolean mask)."""
-    if not rows.any():
+def _chunks(table: pa.Table, where: np.ndarray, now: float, proven: float) -> list[Chunk]:
+    """One chunk per subscription of a slice's rows ``where`` (a boolean mask) holds."""
+    if not where.any():
         return []
-    part = table.filter(mask(rows)) if not rows.all() else table
+    part = table.filter(mask(where)) if not where.all() else table
     subs = part.column("sub").to_pylist()
     mids = part.column("message_id").to_pylist()
     acks = part.column("ack_id").to_pylist()
