@@ -582,20 +582,18 @@ class Receiver:
         self._give_room(chunks)
 
     def _hand_back(
-        self,
-        chunks: Iterable[Chunk],
-        total: float | None = None,
-        on_done: Callable[[AckResult], None] | None = None,
-        *,
-        after_cutoff: bool = False,
+        self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
     ) -> int:
         with self._cond:
+            chunks = list(chunks)
+            # Published after the cutoff, they hold back only their keys' later messages (see sending).
+            holds_keys = any(c.state != LATER for c in chunks)
             live = self._retire_locked(chunks)
         # Those whose hand-back waits for a renewal in flight follow when it landed (_on_released),
         # still held, their room kept, until then.
         waiting = set(self.leaser.discard(live, handing_back=True))
         ready = [c for c in live if c not in waiting] if waiting else live
-        self._nack(ready, total, on_done, holds_keys=not after_cutoff)
+        self._nack(ready, total, on_done, holds_keys=holds_keys)
         # Their room is given back once their hand-back is queued, not before: a puller given it in
         # between would hold more than maxOutstandingMessages while this thread is off the CPU.
         self._give_room(ready)
@@ -707,7 +705,7 @@ class Receiver:
         """
         with self._cond:
             later, self._later = self._later, []
-        return self._hand_back(later, after_cutoff=True)
+        return self._hand_back(later)
 
     def buffered_count_locked(self) -> int:
         return self._buffered

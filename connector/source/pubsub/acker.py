@@ -107,11 +107,6 @@ class Acker:
             self._queue.extend(jobs)
             self._cond.notify_all()
 
-    def busy(self) -> bool:
-        """Return whether some submitted job is not answered yet."""
-        with self._cond:
-            return self._pending > 0
-
     def holding_back(self, sub: str) -> bool:
         """Return whether a job on ``sub`` that holds keys (:attr:`Job.holds_keys`) is not answered yet.
 

@@ -570,7 +570,7 @@ def test_a_hand_back_of_messages_published_after_the_cutoff_holds_no_earlier_mes
         ]
         r.accept("s", _response([early, *later]), Reservation(3, 0))
         assert r.hand_back_later() == 2
-        assert r.acker.busy()
+        assert not r.acker.flush(0), "the hand-back is not in flight"
         sent = r.sending("s")
         assert sent.outstanding, "the message before the cutoff is held: its key's next ones wait"
         r.ack(r.take())
@@ -581,7 +581,7 @@ def test_a_hand_back_of_messages_published_after_the_cutoff_holds_no_earlier_mes
         # Only later messages handed back, and that hand-back in flight.
         r.accept("s", _response([{**m, "ack_id": "b" + m["ack_id"]} for m in later]), Reservation(2, 0))
         assert r.hand_back_later() == 2
-        assert r.acker.busy()
+        assert not r.acker.flush(0), "the hand-back is not in flight"
         assert not r.sending("s").outstanding, "a hand-back of later messages counted as holding earlier ones back"
     finally:
         rpc.release.set()
