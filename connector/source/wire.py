@@ -136,8 +136,7 @@ def _attributes(maps: Sequence[Any]) -> pa.Array:
             values.append(v)
     offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(_offsets([len(m) for m in maps], n))])
     valid = np.fromiter(map(bool, maps), np.bool_, n)
-    mask = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(~valid, bitorder="little"))])
-    return pa.MapArray.from_arrays(offsets, _strings(keys), _strings(values), type=_ATTRIBUTES, mask=mask)
+    return pa.MapArray.from_arrays(offsets, _strings(keys), _strings(values), type=_ATTRIBUTES, mask=mask(~valid))
 
 
 def body_lengths(bodies: pa.Array | pa.ChunkedArray) -> np.ndarray:
