@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -33,18 +31,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 MAX_PER_PULL = 1000
 ACKS_PER_REQUEST = 2500
-
-
-def _server(tool: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(tool), "--port", "0"], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"listening on (\S+)", line)
-        if m:
-            return proc, m.group(1)
-    raise RuntimeError("fastpubsub did not start")
 
 
 def _drain(channel, sub: str, n: int, work: Callable[[object], list[str]]) -> float:
@@ -80,6 +66,7 @@ def main() -> None:
     args = p.parse_args()
 
     from bench_stream import _bodies, _publish, _Resources
+    from bench_terms import _server
     from crdb_pubsub.decode import decode_messages
     from crdb_pubsub.source.transport import subscriber_client
     from crdb_pubsub.source.wire import pulled_batch
@@ -96,7 +83,7 @@ def main() -> None:
         held.append(batch)
         return ack_ids
 
-    proc, host = _server(args.fastpubsub)
+    proc, host = _server(args.fastpubsub, [])
     os.environ["PUBSUB_EMULATOR_HOST"] = host
     try:
         best = {"0": float("inf"), "1": float("inf"), "2": float("inf")}
