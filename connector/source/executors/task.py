@@ -321,9 +321,19 @@ class _Pulled:
             self.order.index,
         )
         keep = [i for i in range(len(self.chunks)) if i not in set(lapsed)]
+        yielded = {(self.chunks[i].sub, m) for i in lapsed for m in _kept(self.chunks[i], self.roles[i])}
         self.chunks = [self.chunks[i] for i in keep]
         self.batches = [self.batches[i] for i in keep]
         self.roles = [self.roles[i] for i in keep]
+        # A message delivered again while this task held it has its later deliveries recorded as
+        # redeliveries, acknowledged with the batch, not yielded: when the row that yielded it
+        # goes back and a later delivery stays, that one is yielded, or the message would be
+        # acknowledged and never read.
+        for c, roles in zip(self.chunks, self.roles):
+            for j in np.flatnonzero(roles == REDELIVERY):
+                if (c.sub, c.message_ids[j]) in yielded:
+                    yielded.discard((c.sub, c.message_ids[j]))
+                    roles[j] = KEEP
 
     def mark_seen(self) -> None:
         """Mark as redeliveries the messages the driver says must not be yielded (:mod:`.seen`)."""
@@ -466,6 +476,11 @@ class _Pulled:
     def hand_back(self, rpc: Rpc) -> float:
         """Hand back what was not recorded; return :func:`_hand_back`'s bound (0.0: all of it went)."""
         return _hand_back(rpc, [c for c in self.chunks if c.state != DONE], self.order)
+
+
+def _kept(c: Chunk, roles: np.ndarray) -> list[str]:
+    """The message ids of ``c`` whose rows are yielded."""
+    return [c.message_ids[j] for j in np.flatnonzero(roles == KEEP)]
 
 
 def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:

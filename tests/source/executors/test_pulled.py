@@ -1,0 +1,99 @@
+"""What a task keeps of what it pulled (``task._Pulled``) before it records its slice: the rules on its
+rows and their leases, with each answer's Pull sent when the test says."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from google.pubsub_v1.types import PullResponse
+
+from crdb_pubsub.source.executors import task
+from crdb_pubsub.source.executors.orders import SliceOrder
+from crdb_pubsub.source.executors.store import KEEP
+from crdb_pubsub.source.pubsub.leaser import Leaser
+from crdb_pubsub.source.transport import AckResult
+
+SUB = "projects/p/subscriptions/pulled"
+PUBLISHED_US = 1_800_000_000_000_000
+
+
+def _answer(*deliveries: tuple[str, str]) -> PullResponse:
+    """A Pull's answer: ``(message id, ack id)`` each."""
+    out = PullResponse.pb()()
+    for mid, ack_id in deliveries:
+        rm = out.received_messages.add()
+        rm.ack_id = ack_id
+        rm.message.data = f'{{"Key":[{mid}],"Value":{{"after": {{"id": {mid}}}}},"Topic":"t"}}'.encode()
+        rm.message.message_id = mid
+        rm.message.publish_time.seconds = PUBLISHED_US // 1_000_000
+    return out
+
+
+class _Rpc:
+    """Answers the task's hand-backs, and remembers them."""
+
+    def __init__(self) -> None:
+        self.handed_back: list[str] = []
+
+    def modify_ack_deadline(self, sub, ack_ids, seconds, total=None) -> AckResult:
+        if seconds == 0:
+            self.handed_back.extend(ack_ids)
+        return AckResult(confirmed=list(ack_ids))
+
+
+def _pulled() -> task._Pulled:
+    """A task's pull whose keeper is not started: leases are as their Pulls proved them."""
+    order = SliceOrder(
+        batch_id=1,
+        index=0,
+        parts=1,
+        subscriptions=(SUB,),
+        max_messages=100,
+        max_bytes=1 << 20,
+        seconds=4.0,
+        deadlines={SUB: 10},
+        lease_seconds=10,
+    )
+    keeper = Leaser(lambda sub, ids, seconds: AckResult(confirmed=list(ids)), lease_seconds=10, max_lease_seconds=3600)
+    return task._Pulled(order, keeper)
+
+
+def _roles(pulled: task._Pulled) -> dict[str, list[int]]:
+    table = pulled.table()
+    out: dict[str, list[int]] = {}
+    for mid, role in zip(table.column("message_id").to_pylist(), table.column("role").to_pylist()):
+        out.setdefault(mid, []).append(role)
+    return out
+
+
+def test_a_message_delivered_twice_whose_first_lease_is_not_proven_is_still_yielded():
+    # Pub/Sub delivered message 7 a second time while the task held it (as it may), and the first
+    # delivery's lease can't be proven to outlive the recording (its renewal failed: an
+    # exactly-once subscription refuses a superseded ack id; or the worker was paused for seconds):
+    # that delivery is handed back. The second delivery's lease is proven, so the message stays in
+    # the slice; whatever row it keeps there must be one that is yielded, since every recorded row
+    # but a later one is acknowledged when the batch commits.
+    pulled = _pulled()
+    now = time.monotonic()
+    # The first answer's Pull went 9.5 s ago: its lease (10 s) is proven for half a second more.
+    pulled.accept(SUB, _answer(("7", "a1"), ("8", "a2")), now - 9.5, time.time() - 9.5)
+    pulled.accept(SUB, _answer(("7", "a3")), now, time.time())
+    pulled.drop_unproven(_Rpc())
+    roles = _roles(pulled)
+    assert "8" not in roles, "message 8's lease was not proven: it must be handed back, not recorded"
+    assert roles.get("7") and KEEP in roles["7"], (
+        f"message 7 is recorded as {roles.get('7')} (0 is yielded): acknowledged with the batch, never yielded"
+    )
+
+
+def test_a_message_delivered_twice_whose_every_lease_lapsed_is_not_recorded():
+    pulled = _pulled()
+    now = time.monotonic()
+    pulled.accept(SUB, _answer(("7", "a1")), now - 9.5, time.time() - 9.5)
+    pulled.accept(SUB, _answer(("7", "a3")), now - 9.6, time.time() - 9.6)
+    rpc = _Rpc()
+    pulled.drop_unproven(rpc)
+    assert _roles(pulled) == {}
+    assert sorted(rpc.handed_back) == ["a1", "a3"]
+    assert int(np.sum([len(c) for c in pulled.chunks])) == 0
