@@ -339,16 +339,19 @@ class Leaser:
             result = self._renew(sub, ids, seconds)
         finally:
             answered = self._clock()
+            with self._lock:
+                # Whether or not it was answered, it may have taken effect as late as now: the
+                # lease may last this long. Recorded before a hand-back that waited for it goes
+                # (``_landed``): one that fails leaves the message leased until then.
+                for c in chunks:
+                    c.lease_until = max(c.lease_until, answered + seconds)
             self._landed(chunks)
         failed = result.failed
         extended = 0
         with self._lock:
             for c in chunks:
                 if c.state == DONE:
-                    continue  # acknowledged meanwhile: its renewal counts for nothing
-                # Whether or not it was answered, it may have taken effect by now: the lease may
-                # last this long (a hand-back that fails leaves the message leased until then).
-                c.lease_until = max(c.lease_until, answered + seconds)
+                    continue  # acknowledged or handed back meanwhile: its renewal proves nothing more
                 mine = c.fresh_ack_ids()
                 # Extended when, of each message, an ack id was (the others are earlier deliveries').
                 ok = not failed or not any(c.failed(i, failed) for i in range(len(c)) if i not in c.stale)

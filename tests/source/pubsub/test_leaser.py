@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from crdb_pubsub.source.pubsub.chunks import Chunk
+import pytest
+
+from crdb_pubsub.source.pubsub.chunks import DONE, Chunk
 from crdb_pubsub.source.pubsub.leaser import Leaser
 from crdb_pubsub.source.transport import AckResult
 
@@ -46,6 +48,47 @@ def test_a_hand_back_waits_for_the_renewal_in_flight():
     finally:
         answer.set()
         assert leaser.stop(timeout=2)
+
+
+@pytest.mark.virtual_time
+def test_a_hand_back_released_after_a_renewal_knows_the_lease_that_renewal_granted():
+    """When a hand-back fails, its messages stay leased until the last lease asked for: the owner
+    reads that bound (``leased_until``) when the renewal it waited for lets the hand-back go, and
+    casts it as a shadow (no empty answer proves a subscription drained before it) or reports it to
+    the next process. A renewal acts as late as it is answered (seconds, when the service is slow),
+    granting its lease from then."""
+    in_flight = threading.Event()
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        in_flight.set()
+        time.sleep(8.0)  # a slow service: the renewal lands and is answered 8 s after it was sent
+        return AckResult(confirmed=list(ack_ids))
+
+    seen: list[float] = []
+    leaser: Leaser
+
+    def released(chunks: list[Chunk]) -> None:
+        seen.append(leaser.leased_until(chunks))
+
+    leaser = Leaser(renew, lease_seconds=60, max_lease_seconds=600, on_released=released)
+    a = _chunk("a")
+    leaser.add([a], 10.0, renew_now=True)
+    leaser.start()
+    try:
+        assert in_flight.wait(5), "no renewal was sent"
+        a.state = DONE  # its owner retires it as it hands it back
+        assert leaser.discard([a], handing_back=True) == [a]
+        assert leaser.wait_landed([a], 20)
+        answered = time.monotonic()
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen, "the hand-back was never released"
+        assert seen[0] >= answered + 60 - 0.5, (
+            f"released with the lease bound {seen[0] - answered:.1f} s from the renewal's answer; it granted 60 s"
+        )
+    finally:
+        assert leaser.stop(timeout=10)
 
 
 def _chunks(n: int, size: int) -> list[Chunk]:
