@@ -37,6 +37,7 @@ from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SEC
 from ..pubsub.chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
 from ..pubsub.concurrency import Concurrency
 from ..pubsub.drained import Answer, Drain
+from ..pubsub.held import Held
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
@@ -99,7 +100,7 @@ class Receiver:
         self._info: dict[str, Subscription] = {}
 
         self._cond = threading.Condition()
-        self._held: dict[str, dict[str, Chunk]] = {s: {} for s in self._subs}
+        self._held = Held(self._subs)
         self._buffer: deque[Chunk] = deque()
         # Messages in the buffer, kept as it changes: the mode's wait predicates read it at every
         # Pull answered, with the lock held (summing the buffer there was quadratic in a backlog).
@@ -235,7 +236,7 @@ class Receiver:
             # next ones back; those published after the cutoff hold back only later ones still (a
             # key's messages come in publish order).
             with self._cond:
-                outstanding = any(c.state != LATER for c in set(self._held[sub].values()))
+                outstanding = self._held.holds_earlier(sub)
             outstanding = outstanding or self.acker.holding_back(sub)
         now = self._clock()
         with self._cond:
@@ -312,9 +313,6 @@ class Receiver:
                 with self._cond:
                     self._drain.leased_at(sub, now)
             return 0
-        refreshed: list[Chunk] = []
-        again = 0  # deliveries of a message held (or twice in this response)
-        dropped: list[str] = []
         new: list[Chunk] = []
         oldest_in_answer = int(numbers(batch.column(2)).min())
         # Looked up before the lock (it is the costly part); looked up again under it if an
@@ -324,43 +322,17 @@ class Receiver:
         with self._cond:
             if self._acked_steps != acked_steps:
                 seen = self.remembered.seen(sub, mids, now)
-            held = self._held[sub]
-            keep: list[int] = []
-            first: dict[str, int] = {}
-            twice: list[tuple[str, str]] = []
-            # The usual response: all new, none held or remembered, no id twice. Checked and
-            # indexed by C loops; anything else is sorted message by message below.
-            usual = not any(seen) and held.keys().isdisjoint(mids) and len(set(mids)) == len(mids)
-            for i, mid in enumerate(() if usual else mids):
-                c = held.get(mid)
-                if c is not None:
-                    c.refresh(mid, ack_ids[i], proven)  # its newest ack id is the one that works now
-                    refreshed.append(c)
-                    again += 1
-                elif seen[i]:
-                    dropped.append(ack_ids[i])
-                elif mid in first:
-                    # Delivered twice in one response: both ack ids go with the message.
-                    twice.append((mid, ack_ids[i]))
-                    again += 1
-                else:
-                    first[mid] = i
-                    keep.append(i)
-            if usual or keep:
-                everything = usual or len(keep) == len(mids)
-                part = batch if everything else batch.take(pa.array(keep, pa.int64()))
-                part_mids = mids if everything else [mids[i] for i in keep]
-                part_acks = ack_ids if everything else [ack_ids[i] for i in keep]
-                new = self._split_by_scope(sub, part, part_mids, part_acks, now, proven)
+            answer = self._held.sort(sub, mids, ack_ids, proven, seen)
+            part = answer.part(batch, mids, ack_ids)
+            if part is not None:
+                new = self._split_by_scope(sub, *part, now, proven)
                 for c in new:
-                    held.update(dict.fromkeys(c.message_ids, c))
                     if c.state == LATER:
                         self._later.append(c)
                     else:
                         self._buffer.append(c)
                         self._buffered += len(c)
-                for mid, ack_id in twice:
-                    held[mid].refresh(mid, ack_id, proven)
+                self._held.add(new, answer, proven)
             self._live.update(dict.fromkeys(new))
             # Every message counts, new or a redelivery: an answer made of redeliveries says
             # nothing about what else the subscription still holds.
@@ -370,18 +342,18 @@ class Receiver:
         # Every message of the response tells how large messages are, new or not.
         self.flow.settle(reservation, n_new, nbytes, largest_body(batch))
         self.counters.add("received", n_new)
-        self.counters.add("redeliveredWhileHeld", again)
-        self.counters.add("redeliveriesDropped", len(dropped))
+        self.counters.add("redeliveredWhileHeld", answer.again)
+        self.counters.add("redeliveriesDropped", len(answer.dropped))
         # The subscription's own deadline shorter than the lease we want (10 s, gcloud's default,
         # against 60): lengthened at once, before a slow batch elsewhere in this process lets it
         # lapse, by the leaser's thread: this puller's next Pull does not wait for that round trip,
         # and one renewal covers the answers that came meanwhile.
         short = granted < self._lease_seconds
         self.leaser.add(new, granted, renew_now=short)
-        if short and refreshed:
-            self.leaser.renew_soon(refreshed)  # a chunk twice is renewed once
-        if dropped:
-            self.acker.submit(Job(ACK, sub, dropped))
+        if short and answer.refreshed:
+            self.leaser.renew_soon(answer.refreshed)  # a chunk twice is renewed once
+        if answer.dropped:
+            self.acker.submit(Job(ACK, sub, answer.dropped))
         return len(mids)
 
     def now(self) -> float:
@@ -519,10 +491,7 @@ class Receiver:
         head, tail = c.split(n)
         self._buffer[0] = tail
         self._buffer.appendleft(head)
-        held = self._held[c.sub]
-        for part in (head, tail):
-            for mid in part.message_ids:
-                held[mid] = part
+        self._held.add((head, tail))
         self._live.pop(c, None)
         self._live.update(dict.fromkeys((head, tail)))
         self.leaser.discard([c])
@@ -559,12 +528,7 @@ class Receiver:
             c.state = DONE
             live.append(c)
             self._live.pop(c, None)
-            held = self._held[c.sub]
-            for mid in c.message_ids:
-                if held.get(mid) is c:
-                    del held[mid]
-            if not held:
-                self._held[c.sub] = {}  # a dict keeps its largest size: give a burst's back
+            self._held.remove(c)
         if self._clock() - self._pruned_at > 5.0:
             self._pruned_at = self._clock()
             self.remembered.prune(self._pruned_at)
@@ -641,10 +605,8 @@ class Receiver:
         with self._cond:
             for c in chunks:
                 c.state = SEALED
-                held = self._held.setdefault(c.sub, {})
-                for mid in c.message_ids:
-                    held[mid] = c
                 self._live[c] = None
+            self._held.add(chunks)
         m, b = total(chunks)
         self.flow.add(m, b, max((c.largest for c in chunks), default=0))
         # A stale chunk whose messages come back gets fresh ack ids: lease it like any other.

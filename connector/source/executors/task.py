@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 
 from ..pubsub.chunks import DONE, Chunk
 from ..pubsub.concurrency import START, Concurrency, cpu_seconds
+from ..pubsub.held import Held
 from ..pubsub.leaser import Leaser
 from ..storage import Storage, open_storage
 from ..storage.lease import Lease
@@ -210,7 +211,7 @@ class _Pulled:
         self.largest = 0  # the largest body seen: the byte share's estimate per message
         self.handed_back = 0
         self.pulled_at: float | None = None
-        self.seen: dict[str, set[str]] = {}
+        self.held = Held()  # what it holds, by subscription and id: a delivery again refreshes its row
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
         self.unextended: list[Chunk] = []  # the keeper extends them at once; proven by the end (:meth:`extend_new`)
 
@@ -244,33 +245,37 @@ class _Pulled:
         if not mids:
             evidence.last_oldest_us = None
             return False
-        n = len(mids)
-        roles = np.zeros(n, dtype=np.int8)
         publish = numbers(batch.column(2))
         evidence.last_oldest_us = int(publish.min())
-        if self.order.cutoff_us is not None:
-            roles[publish > self.order.cutoff_us] = LATER
-        # A message delivered to this task before is recorded again with its new ack id (both are
-        # acknowledged with the batch), and not yielded twice.
-        seen = self.seen.setdefault(sub, set())
-        if seen:
-            again = np.fromiter((m in seen for m in mids), dtype=bool, count=n)
-            roles[again & (roles == KEEP)] = REDELIVERY
-        seen.update(mids)
         sizes = body_lengths(batch.column(0))
         self.largest = max(self.largest, int(sizes.max()))
-        self.add(sub, ack_ids, mids, batch, roles, sent_mono)
-        # The share bounds what the task holds: what it yields and what it holds apart for the
-        # next run (a redelivery is acknowledged with the batch and holds nothing).
-        held = roles != REDELIVERY
-        self.kept += int(held.sum())
-        self.kept_bytes += int(sizes[held].sum())
+        deadline = self.order.deadlines.get(sub, 10)
+        proven = sent_mono + deadline
+        # A message delivered to this task before refreshes its row (both ack ids are acknowledged
+        # or handed back with it): one row a message, yielded once.
+        answer = self.held.sort(sub, mids, ack_ids, proven)
+        part = answer.part(batch, mids, ack_ids)
+        if part is not None:
+            rows, part_mids, part_acks = part
+            roles = np.zeros(len(part_mids), dtype=np.int8)
+            if self.order.cutoff_us is not None:
+                roles[numbers(rows.column(2)) > self.order.cutoff_us] = LATER
+            c = self.add(sub, part_acks, part_mids, rows, roles, sent_mono)
+            self.held.add([c], answer, proven)
+            # The share bounds what the task holds: what it yields and what it holds apart for
+            # the next run (a redelivery is acknowledged with the batch and holds nothing).
+            self.kept += len(part_mids)
+            self.kept_bytes += int(sizes.sum()) if answer.new is None else int(sizes[answer.new].sum())
+        if answer.refreshed and deadline < self.order.lease_seconds:
+            # Their new ack ids have the subscription's deadline: extended at once, as on receipt.
+            self.keeper.renew_soon(answer.refreshed)
+            self.unextended.extend(c for c in dict.fromkeys(answer.refreshed) if c not in self.unextended)
         # An answer of only later messages: this subscription is drained for the run.
-        return bool((roles != LATER).any())
+        return self.order.cutoff_us is None or bool((publish <= self.order.cutoff_us).any())
 
     def add(
         self, sub: str, ack_ids: list[str], mids: list[str], batch: pa.RecordBatch, roles: np.ndarray, sent: float
-    ) -> None:
+    ) -> Chunk:
         deadline = self.order.deadlines.get(sub, 10)
         c = Chunk(sub, mids, ack_ids, batch, 0, 0, time.monotonic(), proven_until=sent + deadline)
         self.chunks.append(c)
@@ -282,6 +287,7 @@ class _Pulled:
         self.keeper.add([c], float(deadline), renew_now=short)
         if short:
             self.unextended.append(c)
+        return c
 
     def extend_new(self) -> None:
         """Extend to the task's lease, from this thread, what the keeper has not been answered for yet.
@@ -321,19 +327,9 @@ class _Pulled:
             self.order.index,
         )
         keep = [i for i in range(len(self.chunks)) if i not in set(lapsed)]
-        yielded = {(self.chunks[i].sub, m) for i in lapsed for m in _kept(self.chunks[i], self.roles[i])}
         self.chunks = [self.chunks[i] for i in keep]
         self.batches = [self.batches[i] for i in keep]
         self.roles = [self.roles[i] for i in keep]
-        # A message delivered again while this task held it has its later deliveries recorded as
-        # redeliveries, acknowledged with the batch, not yielded: when the row that yielded it
-        # goes back and a later delivery stays, that one is yielded, or the message would be
-        # acknowledged and never read.
-        for c, roles in zip(self.chunks, self.roles):
-            for j in np.flatnonzero(roles == REDELIVERY):
-                if (c.sub, c.message_ids[j]) in yielded:
-                    yielded.discard((c.sub, c.message_ids[j]))
-                    roles[j] = KEEP
 
     def mark_seen(self) -> None:
         """Mark as redeliveries the messages the driver says must not be yielded (:mod:`.seen`)."""
@@ -440,9 +436,24 @@ class _Pulled:
         messages = pa.Table.from_batches(self.batches, schema=MESSAGE_SCHEMA)
         subs = pa.array([c.sub for c in self.chunks for _ in range(len(c))], pa.string())
         acks = pa.array([a for c in self.chunks for a in c.ack_ids], pa.string())
-        return pa.Table.from_arrays(
-            [subs, acks, *messages.columns, pa.array(np.concatenate(self.roles), pa.int8())], schema=SLICE_SCHEMA
-        )
+        roles = np.concatenate(self.roles)
+        table = pa.Table.from_arrays([subs, acks, *messages.columns, pa.array(roles, pa.int8())], schema=SLICE_SCHEMA)
+        # The ack ids of a message's earlier deliveries to this task: a row each, acknowledged with
+        # the batch (or handed back with the message, if it is held for the next run), not yielded.
+        rows, earlier = [], []
+        at = 0
+        for c in self.chunks:
+            for j, ids in c.earlier.items():
+                rows.extend([at + j] * len(ids))
+                earlier.extend(ids)
+            at += len(c)
+        if not rows:
+            return table
+        again = table.take(pa.array(rows, pa.int64()))
+        again = again.set_column(1, "ack_id", pa.array(earlier, pa.string()))
+        kinds = np.where(roles[rows] == LATER, LATER, REDELIVERY).astype(np.int8)
+        again = again.set_column(again.num_columns - 1, "role", pa.array(kinds, pa.int8()))
+        return pa.concat_tables([table, again])
 
     def info(self) -> SliceInfo:
         kept = oldest = None
@@ -458,7 +469,7 @@ class _Pulled:
         for c, roles in zip(self.chunks, self.roles):
             kept_by_sub[c.sub] = kept_by_sub.get(c.sub, 0) + int((roles == KEEP).sum())
         return SliceInfo(
-            rows=sum(len(c) for c in self.chunks),
+            rows=sum(len(c) + sum(map(len, c.earlier.values())) for c in self.chunks),
             kept=kept or 0,
             oldest_us=oldest,
             pulled_at=self.pulled_at or wall,
@@ -478,18 +489,13 @@ class _Pulled:
         return _hand_back(rpc, [c for c in self.chunks if c.state != DONE], self.order)
 
 
-def _kept(c: Chunk, roles: np.ndarray) -> list[str]:
-    """The message ids of ``c`` whose rows are yielded."""
-    return [c.message_ids[j] for j in np.flatnonzero(roles == KEEP)]
-
-
 def _hand_back(rpc: Rpc, chunks: list[Chunk], order: SliceOrder) -> float:
     """Hand ``chunks`` back; return the wall time until which those that did not go may stay leased (0.0: all went).
 
     The transport reports a lost request per ack id, not by raising. Not handed back, a message
     stays leased, to nobody, for as long as its Pull or this task's keeper leased it.
     """
-    by_sub = group_by_subscription((c.sub, a) for c in chunks for a in c.ack_ids)
+    by_sub = group_by_subscription((c.sub, a) for c in chunks for a in c.fresh_ack_ids())
     lost = 0
     for sub, ids in by_sub.items():
         try:

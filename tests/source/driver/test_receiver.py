@@ -82,8 +82,7 @@ def _receiver_with(chunks: list[Chunk]) -> Receiver:
     r = Receiver(Rpc(object()), ["s"], lease_seconds=10, max_lease_seconds=60, max_messages=1000, max_bytes=1 << 30)
     for c in chunks:
         r._live[c] = None
-        for m in c.message_ids:
-            r._held["s"][m] = c
+    r._held.add(chunks)
     r.requeue(chunks)
     return r
 
@@ -94,7 +93,7 @@ def test_take_splits_chunks_at_the_count_and_byte_limits():
     assert [m for c in got for m in c.message_ids] == [str(i) for i in range(15)]
     got = r.take(max_bytes=250)
     assert [m for c in got for m in c.message_ids] == ["15", "16"]
-    assert r._held["s"]["17"].message_ids[0] == "17"  # the rest is held by the new chunk
+    assert r._held.of("s", "17").message_ids[0] == "17"  # the rest is held by the new chunk
 
 
 def test_the_buffered_count_follows_what_comes_and_goes():

@@ -10,7 +10,7 @@ from google.pubsub_v1.types import PullResponse
 
 from crdb_pubsub.source.executors import task
 from crdb_pubsub.source.executors.orders import SliceOrder
-from crdb_pubsub.source.executors.store import KEEP
+from crdb_pubsub.source.executors.store import KEEP, REDELIVERY
 from crdb_pubsub.source.pubsub.leaser import Leaser
 from crdb_pubsub.source.transport import AckResult
 
@@ -67,24 +67,39 @@ def _roles(pulled: task._Pulled) -> dict[str, list[int]]:
     return out
 
 
-def test_a_message_delivered_twice_whose_first_lease_is_not_proven_is_still_yielded():
+def test_a_message_delivered_twice_is_yielded_or_handed_back_with_all_its_ack_ids():
     # Pub/Sub delivered message 7 a second time while the task held it (as it may), and the first
-    # delivery's lease can't be proven to outlive the recording (its renewal failed: an
-    # exactly-once subscription refuses a superseded ack id; or the worker was paused for seconds):
-    # that delivery is handed back. The second delivery's lease is proven, so the message stays in
-    # the slice; whatever row it keeps there must be one that is yielded, since every recorded row
-    # but a later one is acknowledged when the batch commits.
+    # delivery's lease can't be proven to outlive the recording (its renewal failed, or the worker
+    # was paused for seconds): that delivery goes back. Every recorded row but a later one is
+    # acknowledged when the batch commits, so the message must either be yielded by a row of the
+    # slice, or leave the slice whole: every ack id it was delivered with handed back.
     pulled = _pulled()
     now = time.monotonic()
     # The first answer's Pull went 9.5 s ago: its lease (10 s) is proven for half a second more.
     pulled.accept(SUB, _answer(("7", "a1"), ("8", "a2")), now - 9.5, time.time() - 9.5)
     pulled.accept(SUB, _answer(("7", "a3")), now, time.time())
-    pulled.drop_unproven(_Rpc())
+    rpc = _Rpc()
+    pulled.drop_unproven(rpc)
     roles = _roles(pulled)
     assert "8" not in roles, "message 8's lease was not proven: it must be handed back, not recorded"
-    assert roles.get("7") and KEEP in roles["7"], (
-        f"message 7 is recorded as {roles.get('7')} (0 is yielded): acknowledged with the batch, never yielded"
+    if "7" in roles:
+        assert KEEP in roles["7"], f"message 7 is recorded as {roles['7']} (0 is yielded): acknowledged, never yielded"
+    else:
+        assert {"a1", "a3"} <= set(rpc.handed_back), f"message 7 left the slice, handed back as {rpc.handed_back}"
+
+
+def test_a_message_delivered_twice_is_one_row_yielded_and_one_acknowledged():
+    pulled = _pulled()
+    now = time.monotonic()
+    pulled.accept(SUB, _answer(("7", "a1"), ("8", "a2")), now, time.time())
+    pulled.accept(SUB, _answer(("7", "a3"), ("7", "a4")), now, time.time())
+    table = pulled.table()
+    rows = sorted(
+        zip(
+            table.column("message_id").to_pylist(), table.column("ack_id").to_pylist(), table.column("role").to_pylist()
+        )
     )
+    assert rows == [("7", "a1", REDELIVERY), ("7", "a3", REDELIVERY), ("7", "a4", KEEP), ("8", "a2", KEEP)]
 
 
 def test_a_message_delivered_twice_whose_every_lease_lapsed_is_not_recorded():
