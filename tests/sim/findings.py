@@ -292,3 +292,39 @@ def drawn_driver_posix_2025(seed: int = 2025) -> Scenario:
     subscription's answer counted as no evidence while any acknowledgement or hand-back was. A
     hand-back of messages after the cutoff holds back only their keys' later messages."""
     return draw(seed, "driver", "posix")
+
+
+def _ordered_key_delivered_again(mode: str, seed: int) -> Scenario:
+    """An ordered subscription whose keys Pub/Sub delivers again from their first unacknowledged
+    message while it is leased (its ``duplicate`` freedom), read by three tasks a batch."""
+    return calm(
+        mode,
+        "posix",
+        seed,
+        ordered=True,
+        keys=4,
+        backlog=40,
+        live=40,
+        live_seconds=10.0,
+        pubsub=Terms(partial=0.5, duplicate=0.3),
+        partitions=[3],
+    )
+
+
+@finding
+def a_key_delivered_again_to_the_task_that_holds_it(seed: int = 8) -> Scenario:
+    """On 6f8dfe0: receiver=executors lost a message (acknowledged, never in the sink). A task that
+    held a key's messages was delivered them again; the later deliveries were recorded as
+    redeliveries (acknowledged with the batch, not yielded), and the first ones handed back to leave
+    the key to a sibling: the message was acknowledged and never yielded. A message delivered
+    again to a task now refreshes its one row, whose every ack id goes wherever the message goes."""
+    return _ordered_key_delivered_again("executors", seed)
+
+
+@finding
+def a_key_delivered_again_to_a_sibling_task(seed: int = 17) -> Scenario:
+    """On 6f8dfe0: an ordering key's messages reached the sink out of order within one batch. Task A
+    held a key's messages X and Y; Pub/Sub delivered X again to task B of the same batch while A
+    held it; both recorded at once, so neither saw the other's slice; B registered first and
+    yielded X, A yielded Y, and A's partition comes first in the sink: Y before X."""
+    return _ordered_key_delivered_again("executors", seed)

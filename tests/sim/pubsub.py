@@ -15,7 +15,9 @@ Only the freedoms the service documents (NOTES.md section 9), each drawn from th
   fail some transiently.
 * **Ordering keys**: a key's messages come in publish order; none while one of them is
   outstanding; several of a key may come in one answer; when one is delivered again (nack,
-  expiry), every later message of the key that was delivered comes again, acknowledged or not.
+  expiry), every later message of the key that was delivered comes again, acknowledged or not;
+  a standard subscription may deliver a key again from its first unacknowledged message while
+  that message is still leased (with some of the key's next ones).
 * **Outages** of any length: every RPC fails with UNAVAILABLE.
 
 Not modelled (see docs/guarantees.md): an empty answer while messages wait, and an answer of only
@@ -270,6 +272,11 @@ class SimPubSub:
                 out.append(m)
         return out
 
+    @staticmethod
+    def _first(s: Subscription, m: Message) -> Message:
+        """The first unacknowledged message of ``m``'s key."""
+        return next(x for x in s.keys[m.key] if not x.acked)
+
     def _choose(self, s: Subscription, avail: list[Message], asked: int, now: float) -> list[Message]:
         """What one answer brings: the oldest deliverable messages, or (``disorder``) any of them.
 
@@ -317,9 +324,16 @@ class SimPubSub:
             return out
         if self.terms.duplicate and rng.random() < self.terms.duplicate:
             leased = [m for m in s.messages.values() if not m.acked and m.ack_id is not None and m.lease_until > now]
-            leased = [m for m in leased if m not in picked and (not s.ordered or not m.key)]
+            # On an ordered subscription a key is delivered again from its first unacknowledged
+            # message (with some of the key's next ones), even while that message is leased: only
+            # exactly-once subscriptions promise not to.
+            leased = [m for m in leased if m not in picked and (not s.ordered or not m.key or self._first(s, m) is m)]
             if leased:
-                out.append(rng.choice(leased))
+                m = rng.choice(leased)
+                out.append(m)
+                if s.ordered and m.key:
+                    nxt = [x for x in s.keys[m.key] if x.index > m.index and not x.acked and x not in picked]
+                    out.extend(nxt[: min(rng.randrange(0, 4), limit - len(picked) - len(out))])
         if len(picked) + len(out) < limit and self.terms.after_ack and rng.random() < self.terms.after_ack:
             # Within the window the source promises to recognise them in (PROVEN_MEMORY_SECONDS from
             # the acknowledgement of the batch that yielded it); later ones are passed on, the

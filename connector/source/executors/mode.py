@@ -252,12 +252,19 @@ class ExecutorsMode:
         max_messages = min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages)
         if self._cutoff_us is not None:
             max_messages = self._room_beside_later(max_messages)
+        subs = opts.subscription_paths
+        ordered = tuple(s for s in subs if self._subs[s].ordered)
+        # No more tasks than messages (each task's share is at least one: see orders_of), nor than
+        # subscriptions when every one is ordered (each is pulled by one task: see Plan.ordered).
+        parts = min(opts.numPartitions or max(2, len(subs)), max_messages)
+        if len(ordered) == len(subs):
+            parts = min(parts, len(subs))
         plan = Plan(
-            # No more tasks than messages: each task's share is at least one (see orders_of).
-            parts=min(opts.numPartitions or max(2, len(opts.subscription_paths)), max_messages),
+            parts=parts,
             max_messages=max_messages,
             max_bytes=min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes),
             cutoff_us=self._cutoff_us,
+            ordered=ordered,
         )
         # Recorded once: a plan an earlier process recorded for this batch number wins (its tasks
         # may have recorded slices under it, which are this batch's content now).

@@ -33,6 +33,10 @@ class Plan:
     max_messages: int
     max_bytes: int
     cutoff_us: int | None = None  # Trigger.AvailableNow: later messages belong to the next run
+    # Subscriptions with message ordering: each is pulled by one task of the batch. Pub/Sub may
+    # deliver a key again, from its first unacknowledged message, while a task holds it: two tasks
+    # of one batch holding a key would yield its messages in the order of their partitions.
+    ordered: tuple[str, ...] = ()
 
     def as_json(self) -> dict:
         return {
@@ -40,18 +44,31 @@ class Plan:
             "max_messages": self.max_messages,
             "max_bytes": self.max_bytes,
             "cutoff_us": self.cutoff_us,
+            "ordered": list(self.ordered),
         }
 
     @classmethod
     def of(cls, raw: dict) -> Plan:
-        return cls(int(raw["parts"]), int(raw["max_messages"]), int(raw["max_bytes"]), raw.get("cutoff_us"))
+        return cls(
+            int(raw["parts"]),
+            int(raw["max_messages"]),
+            int(raw["max_bytes"]),
+            raw.get("cutoff_us"),
+            tuple(raw.get("ordered", ())),
+        )
 
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
         """Return the subscriptions task ``index`` pulls.
 
-        Each task one, round robin, or several each when there are more subscriptions than tasks.
+        Each task one, round robin, or several each when there are more subscriptions than tasks;
+        an ordered subscription one task only (the tasks past the first round pull the others).
         """
-        return tuple(subs[index :: self.parts]) if self.parts < len(subs) else (subs[index % len(subs)],)
+        if self.parts < len(subs):
+            return tuple(subs[index :: self.parts])
+        if index < len(subs):
+            return (subs[index],)
+        shared = [s for s in subs if s not in self.ordered]
+        return (shared[index % len(shared)],) if shared else ()
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,6 @@ def _pull_and_record(
         _pull(rpc, order, pulled, claim)
         pulled.drop_unproven(rpc)
         pulled.mark_seen()
-        pulled.leave_keys_to_siblings(store, rpc)
         table, info = pulled.table(), pulled.info()
         published = store.publish(claim, order.batch_id, order.index, table, info)
     except BaseException:
@@ -354,74 +353,9 @@ class _Pulled:
                 at += len(where)
                 self.roles[i][where[drop]] = REDELIVERY
 
-    def leave_keys_to_siblings(self, store: SliceStore, rpc: Rpc) -> None:
-        """On an ordered subscription, leave a key to the sibling slice that recorded it first.
-
-        Pub/Sub delivers a key's message again, with the key's next ones, once its lease lapsed: a
-        sibling of this batch may have recorded the first delivery (its lease outlived the
-        recording, so the sibling's slice is there before this task was delivered the message
-        again). Yielded here, the next ones would come before it whenever this slice comes first in
-        the batch. So what the sibling keeps is acknowledged with the batch and not yielded here,
-        and the key's other messages go back to Pub/Sub: a later batch brings them, in order.
-        """
-        ordered = set(self.order.ordered)
-        if not ordered or self.order.parts < 2 or not any(c.sub in ordered for c in self.chunks):
-            return
-        theirs: dict[str, set[str]] = {}
-        for p in range(self.order.parts):
-            found = None if p == self.order.index else store.read_acks(self.order.batch_id, p)
-            if found is None:
-                continue
-            kept = found[0].filter(pc.equal(found[0].column("role"), KEEP))
-            for sub, mid in zip(kept.column("sub").to_pylist(), kept.column("message_id").to_pylist()):
-                if sub in ordered:
-                    theirs.setdefault(sub, set()).add(mid)
-        keys_of = {
-            i: self.batches[i].column("ordering_key").to_pylist() for i, c in enumerate(self.chunks) if c.sub in theirs
-        }
-        contested = {
-            (c.sub, keys_of[i][j])
-            for i, c in enumerate(self.chunks)
-            if i in keys_of
-            for j, mid in enumerate(c.message_ids)
-            if keys_of[i][j] and mid in theirs[c.sub] and self.roles[i][j] == KEEP
-        }
-        if not contested:
-            return
-        back: list[Chunk] = []
-        split: list[Chunk] = []  # the chunks they were taken from (a renewal of which may be in flight)
-        for i in sorted(keys_of, reverse=True):
-            c, roles = self.chunks[i], self.roles[i]
-            give = []
-            for j, mid in enumerate(c.message_ids):
-                if roles[j] != KEEP or (c.sub, keys_of[i][j]) not in contested:
-                    continue
-                if mid in theirs[c.sub]:
-                    roles[j] = REDELIVERY
-                else:
-                    give.append(j)
-            if not give:
-                continue
-            rest = [j for j in range(len(c)) if j not in set(give)]
-            back.append(c.take(give))
-            if rest:
-                kept = c.take(rest)
-                self.keeper.add_scheduled(kept)
-                self.chunks[i], self.batches[i], self.roles[i] = kept, kept.batch, roles[rest]
-            else:
-                del self.chunks[i], self.batches[i], self.roles[i]
-            split.append(c)
-        if back:
-            self._give_back(rpc, back, split)
-            self.handed_back += sum(len(c) for c in back)
-
-    def _give_back(self, rpc: Rpc, chunks: list[Chunk], leased: list[Chunk] | None = None) -> None:
-        """Hand ``chunks`` back before the slice is recorded; no answer before proves their subscription drained.
-
-        ``leased``: the chunks the keeper leases them as, if not themselves.
-        """
-        leased = chunks if leased is None else leased
-        waiting = self.keeper.discard(leased, handing_back=True)
+    def _give_back(self, rpc: Rpc, chunks: list[Chunk]) -> None:
+        """Hand ``chunks`` back before the slice is recorded; no answer before proves their subscription drained."""
+        waiting = self.keeper.discard(chunks, handing_back=True)
         if waiting:
             # A renewal sent before could act after the hand-back: hand back once it landed.
             self.keeper.wait_landed(waiting, MODIFY_DEADLINE.total + 1.0)
