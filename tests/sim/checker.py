@@ -50,6 +50,72 @@ class Verdict:
         return not self.problems
 
 
+def _bounds(rec: Record) -> list[str]:
+    """What the options bound: messages and bytes held at once, and each batch's messages and bytes.
+
+    The count bounds are hard. The byte bounds allow what the documentation allows: with
+    ``receiver=driver`` one message (a lone message larger than the room still moves); with
+    ``receiver=executors`` one message a task, where bodies are all of one size (a task sizes its
+    Pulls by the largest message it has seen: where sizes vary, its share is a soft bound by the
+    answers in flight, which is not checked).
+    """
+    sc, o, problems = rec.scenario, rec.scenario.options, []
+    size = {m: len(msg.data) for s in rec.service.subs.values() for m, msg in s.messages.items()}
+    largest = max(size.values(), default=0)
+    tasks = max((p or max(2, len(sc.subs))) for p in sc.partitions) if sc.mode == "executors" else 1
+    slack = tasks * largest if sc.mode == "driver" or sc.body_min is None else None
+    bound = int(o["maxOutstandingMessages"])
+    over = {app: n for app, n in rec.service.max_held.items() if n > bound}
+    if over:
+        problems.append(f"held more than maxOutstandingMessages={bound} at once: {over}")
+    if "maxOutstandingBytes" in o and slack is not None:
+        bound = int(o["maxOutstandingBytes"])
+        over = {app: n for app, n in rec.service.max_held_bytes.items() if n > bound + slack}
+        if over:
+            problems.append(f"held more than maxOutstandingBytes={bound} (+{slack} B) at once: {over}")
+    per_batch = {n: set(ids) | rec.sink.excused.get(n, set()) for n, ids in rec.sink.batches.items()}
+    if "maxMessagesPerTrigger" in o:
+        limit = int(o["maxMessagesPerTrigger"])
+        over = {n: len(ids) for n, ids in per_batch.items() if len(ids) > limit}
+        if over:
+            problems.append(f"batches of more than maxMessagesPerTrigger={limit} messages: {over}")
+    if "maxBytesPerTrigger" in o and slack is not None:
+        limit = int(o["maxBytesPerTrigger"])
+        nbytes = {n: sum(size[m] for m in ids) for n, ids in per_batch.items() if len(ids) > 1}
+        over = {n: b for n, b in nbytes.items() if b > limit + slack}
+        if over:
+            problems.append(f"batches of more than maxBytesPerTrigger={limit} (+{slack} B): {over}")
+    return problems
+
+
+def _leases(rec: Record) -> list[str]:
+    """No lease lapses while a live process holds its message, in a world that lets the source renew.
+
+    A lapse shows as a delivery again (the dedupe absorbs it, so nothing else would show it): a
+    lease renewed late, or not at all. Outages, lost renewals, paused processes, stalled storage
+    calls and ``maxLeaseDurationSeconds`` excuse it.
+    """
+    sc, t = rec.scenario, rec.scenario.pubsub
+    excused = (
+        t.outages
+        or t.ack_dropped
+        or t.ack_lost
+        or t.ack_late
+        or t.transient_eod
+        or sc.pauses[0]
+        or sc.storage_terms.stall
+        or sc.storage_terms.brownouts
+        or "maxLeaseDurationSeconds" in sc.options
+    )
+    lapsed = rec.service.lapsed_while_held
+    if excused or not lapsed:
+        return []
+    at, mid, holder = lapsed[0]
+    return [
+        f"{len(lapsed)} lease(s) lapsed while their holder held the message, e.g. {mid} held by {holder} (delivered again at {at:.2f}s)"
+    ]
+
+
 def check(rec: Record) -> Verdict:
     sc = rec.scenario
     problems: list[str] = []
@@ -115,10 +181,8 @@ def check(rec: Record) -> Verdict:
                 f"{len(wrong)} messages reached the sink after a later message of their key, e.g. {wrong[:5]}"
             )
 
-    bound = int(sc.options["maxOutstandingMessages"])
-    over = {app: n for app, n in rec.service.max_held.items() if n > bound}
-    if over:
-        problems.append(f"held more than maxOutstandingMessages={bound} at once: {over}")
+    problems.extend(_bounds(rec))
+    problems.extend(_leases(rec))
 
     if sc.trigger == "available_now" and not sc.spark.old_api:
         for i, run in enumerate(rec.runs):

@@ -113,7 +113,7 @@ class Message:
     app: str | None = None  # the application whose Pull made the newest delivery (answered in time or not)
     let_go: set[str] = field(default_factory=set)  # ack ids its holders acknowledged or handed back (landed or not)
     client_acked: bool = False  # a client acknowledged it (later deliveries are dropped on arrival)
-    late: bool = False  # an answer passed it over for a newer message (delivered late, out of order)
+    late_at: float | None = None  # when an answer last passed it over for a newer one (None: delivered since)
 
 
 @dataclass
@@ -153,6 +153,10 @@ class SimPubSub:
         self.acks: list[AckEvent] = []
         self.deliveries = 0
         self.max_held: dict[str, int] = {}  # app name -> most messages its live processes held at once
+        self.max_held_bytes: dict[str, int] = {}  # app name -> most body bytes its live processes held at once
+        # (virtual time, message id, holder): a lease that lapsed while a live process held the
+        # message (it had neither acknowledged nor handed it back), seen when it was delivered again.
+        self.lapsed_while_held: list[tuple[float, str, str]] = []
         self.app_of: Callable[[Process | None], str | None] = lambda p: None
         self.on_call: Callable[[], None] | None = None  # before every RPC lands (the world's kill switch)
         self.network = Process("network", host="pubsub")  # carries requests that land late
@@ -193,13 +197,14 @@ class SimPubSub:
                 m.let_go.add(a)
                 m.client_acked = m.client_acked or acked
 
-    def delivered_late(self) -> set[str]:
-        """What an answer passed over for newer messages and, on an ordered subscription, every later
-        message of its key: those wait behind it, so they come late too (seed 82 of executors/gs)."""
+    def delivered_late(self, since: float) -> set[str]:
+        """What an answer passed over for newer messages since ``since`` and that has not been
+        delivered since; on an ordered subscription also every later message of its key: those wait
+        behind it, so they come late too (seed 82 of executors/gs)."""
         out: set[str] = set()
         for s in self.subs.values():
             for m in s.messages.values():
-                if not m.late:
+                if m.late_at is None or m.late_at < since:
                     continue
                 out.add(m.mid)
                 if s.ordered and m.key:
@@ -307,7 +312,7 @@ class SimPubSub:
         newest = max((m.index for m in picked), default=-1)
         for m in avail:
             if m.index < newest and m not in picked:
-                m.late = True
+                m.late_at = now
         picked.extend(self._again(s, picked, limit, now))
         rng.shuffle(picked)  # an answer's messages come in any order, a key's in publish order
         if s.ordered:
@@ -357,7 +362,10 @@ class SimPubSub:
                     if x.index > m.index and x.deliveries:
                         x.acked = False
                         x.lease_until = 0.0
+            if self._held_by(m) and m.lease_until <= now:
+                self.lapsed_while_held.append((now, m.mid, m.holder.name))  # type: ignore[union-attr]
             ack_id = f"{s.name.rsplit('/', 1)[-1]}:{next(self._ack_ids)}"
+            m.late_at = None
             m.ack_id = ack_id
             m.lease_until = now + s.ack_deadline
             m.deliveries += 1
@@ -374,23 +382,33 @@ class SimPubSub:
         self._note_held(s, now)
         return out
 
+    @staticmethod
+    def _held_by(m: Message) -> bool:
+        """Whether a live process holds ``m``'s newest delivery: it has neither acknowledged it nor
+        handed it back (nor queued either), whether or not its lease is still alive."""
+        return (
+            not m.acked
+            and m.ack_id is not None
+            and m.holder is not None
+            and m.holder.alive
+            and m.ack_id not in m.let_go
+            and not m.client_acked
+        )
+
     def _note_held(self, s: Subscription, now: float) -> None:
         counts: dict[str, int] = {}
+        sizes: dict[str, int] = {}
         for m in s.messages.values():
-            if (
-                not m.acked
-                and m.lease_until > now
-                and m.holder is not None
-                and m.holder.alive
-                and m.ack_id not in m.let_go
-                and not m.client_acked
-            ):
+            if self._held_by(m):
                 app = self.app_of(m.holder)
                 if app is not None:
                     counts[app] = counts.get(app, 0) + 1
+                    sizes[app] = sizes.get(app, 0) + len(m.data)
         for app, n in counts.items():
             if n > self.max_held.get(app, 0):
                 self.max_held[app] = n
+            if sizes[app] > self.max_held_bytes.get(app, 0):
+                self.max_held_bytes[app] = sizes[app]
 
     # ---------------------------------------------------------------- RPCs (called in the caller's thread)
 

@@ -53,6 +53,9 @@ class Process:
         self.skew = skew
         self.alive = True
         self.threads: list[SimThread] = []
+        # Virtual time until which the process is paused (a long GC, CPU starvation, a VM
+        # migration): none of its threads runs, while the clock and every other process go on.
+        self.paused_until = 0.0
 
     def __repr__(self) -> str:
         return f"Process({self.name}, pid={self.pid}, {'alive' if self.alive else 'dead'})"
@@ -155,6 +158,15 @@ class Scheduler:
                     t = self._ready.pop(self.rng.randrange(len(self._ready)))
                     if t._finished:
                         continue
+                    if t.process is not None and t.process.paused_until > self.now:
+                        # Runnable, but its process is paused: it runs once the pause is over.
+                        # Whether it was woken or timed out is kept for when it resumes.
+                        t._resume_woken = t._woken
+                        t._gen += 1
+                        t.waiting = True
+                        t.blocked_on = "its process is paused"
+                        heapq.heappush(self._timers, (t.process.paused_until, next(self._seq), t, t._gen))
+                        continue
                     self.switches += 1
                     if self.switches > max_switches:
                         raise AssertionError(f"simulation ran {max_switches} switches without ending (livelock?)")
@@ -197,7 +209,8 @@ class Scheduler:
             _, _, t, gen = heapq.heappop(self._timers)
             if t.waiting and t._gen == gen:
                 t.waiting = False
-                t._woken = False
+                t._woken = t._resume_woken
+                t._resume_woken = False
                 self._ready.append(t)
 
     def tick(self) -> None:
@@ -260,6 +273,10 @@ class Scheduler:
                 self._ready.append(t)
         if me is not None and me.process is process:
             raise Killed(f"{process.name} was killed")
+
+    def pause(self, process: Process, seconds: float) -> None:
+        """Pause ``process`` for ``seconds`` of virtual time (see :attr:`Process.paused_until`)."""
+        process.paused_until = max(process.paused_until, self.now + seconds)
 
     @contextlib.contextmanager
     def acting_as(self, process: Process) -> Iterator[SimThread]:
@@ -356,6 +373,7 @@ class SimThread:
         self.blocked_on = ""
         self._gen = 0
         self._woken = False
+        self._resume_woken = False  # a timer that ends a pause of the thread's process: what it had
         self._glet: _Glet | None = None
         self._started = False
         self._finished = False

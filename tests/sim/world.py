@@ -62,6 +62,10 @@ class Scenario:
     # A loaded machine: a thread switched out waits this long for the CPU on average (seconds; see
     # Scheduler). Drawn apart from the rest, so that adding it left every earlier seed's world as it was.
     stall: float = 0.0
+    # Processes paused for seconds (a long GC, CPU starvation, a VM migration): one every
+    # ``pauses[0]`` seconds on average, each up to ``pauses[1]`` seconds; (0, 0): none. Drawn apart
+    # from the rest, as ``stall`` is.
+    pauses: tuple[float, float] = (0.0, 0.0)
 
     def describe(self) -> str:
         o = {k: v for k, v in self.options.items() if k not in ("emulatorHost",)}
@@ -72,6 +76,7 @@ class Scenario:
             f"{self.live_seconds:.0f}s, {self.body_size} B bodies; options {o}; partitions {self.partitions}; "
             f"kills {self.kills} runner-only {self.runner_only}; pubsub {self.pubsub}; storage {self.storage_terms}; "
             f"spark {self.spark}{f'; threads stall {self.stall * 1000:.0f} ms' if self.stall else ''}"
+            f"{f'; a process paused every {self.pauses[0]:.0f} s for up to {self.pauses[1]:.0f} s' if self.pauses[0] else ''}"
         )
 
 
@@ -142,7 +147,15 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         storage_terms=StorageTerms.draw(rng, storage, rough=rough),
         spark=spark,
         stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
+        pauses=_pauses(random.Random(f"pauses-{seed}-{mode}-{storage}"), rough),
     )
+
+
+def _pauses(rng: random.Random, rough: float) -> tuple[float, float]:
+    """How often a process is paused, and for how long at most (see :attr:`Scenario.pauses`)."""
+    if rng.random() >= 0.3 * rough:
+        return (0.0, 0.0)
+    return (rng.choice([5.0, 20.0, 60.0]), rng.choice([2.0, 6.0, 15.0]))
 
 
 def calm(mode: str, storage: str, seed: int = 0, **overrides: Any) -> Scenario:
@@ -483,6 +496,9 @@ def body(i: int, size: int, key: str) -> bytes:
 
 
 MAX_VIRTUAL_SECONDS = 1500.0
+# Processes are paused only this long into a world: a deadlock later is still reported as one (a
+# pauser's timer would keep the clock going).
+PAUSES_UNTIL_SECONDS = 300.0
 IDLE_GIVE_UP_SECONDS = 300.0  # nothing new in the sink this long, with messages missing: stop and report
 LINGER_SECONDS = 20.0  # a continuous query goes on this long after everything reached the sink
 # A sink that fails batches is fixed after this many runs of the query (as its user would): a world
@@ -622,7 +638,7 @@ def simulate(
                 run.finished_at = sched.now
             run.ended = True
             run.sink_at_end = reached()
-            run.late = service.delivered_late()
+            run.late = service.delivered_late(run.cutoff)
             return
         idle_since = sched.now
         have = len(reached())
@@ -648,9 +664,24 @@ def simulate(
 
     events = logging.getLogger("crdb_pubsub.sim")
 
+    def pauser() -> None:
+        """Pause a process of the running query now and then (:attr:`Scenario.pauses`)."""
+        every, longest = sc.pauses
+        prng = random.Random(f"pauser-{seed}")
+        while sched.now < PAUSES_UNTIL_SECONDS:
+            sched.sleep(prng.expovariate(1.0 / every))
+            live = [p for a in apps if a.alive() for p in a.processes() if p.alive]
+            if live:
+                p = prng.choice(live)
+                seconds = prng.uniform(0.5, longest)
+                events.info("%s paused for %.1f s", p.name, seconds)
+                sched.pause(p, seconds)
+
     def orchestrate() -> None:
         pub = S.SimThread(sched, publisher, name="publisher", process=world)
         pub.start()
+        if sc.pauses[0]:
+            S.SimThread(sched, pauser, name="pauser", process=world).start()
         k = 0
         idle_runs = 0
         while True:
