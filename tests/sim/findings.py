@@ -328,3 +328,13 @@ def a_key_delivered_again_to_a_sibling_task(seed: int = 17) -> Scenario:
     held it; both recorded at once, so neither saw the other's slice; B registered first and
     yielded X, A yielded Y, and A's partition comes first in the sink: Y before X."""
     return _ordered_key_delivered_again("executors", seed)
+
+
+@finding
+def drawn_executors_posix_212(seed: int = 212) -> Scenario:
+    """On 6f8dfe0, once the checker counts leases that lapse while their holder holds the message:
+    an AvailableNow run's later message (published after the run began) was delivered again every
+    10 s, 6 times in a minute (on a subscription with a dead-letter policy, dead-lettered after a few
+    runs' worth). A slice whose batch committed before the driver's scan found it was first read at
+    the commit, unleased, and its later rows, held until the run ended, were never leased."""
+    return draw(seed, "executors", "posix")

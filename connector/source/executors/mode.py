@@ -430,7 +430,10 @@ class ExecutorsMode:
         return self._register(bid, part, *found, lease=False)
 
     def _register(self, bid: int, part: int, table: pa.Table, info: SliceInfo, *, lease: bool) -> _Slice:
-        """Hold a recorded slice: its rows by role, leased until its batch commits (``lease``)."""
+        """Hold a recorded slice: its rows by role, leased until its batch commits (``lease``).
+
+        Its later rows (AvailableNow) are leased in either case: they are held until the run ends.
+        """
         roles = numbers(table.column("role"))
         now = time.monotonic()
         # The task proved the leases until this wall time; counted on this host's clock, less
@@ -458,8 +461,11 @@ class ExecutorsMode:
         self.counters.add("redeliveriesDropped", info.rows - info.kept - sum(len(c) for c in later))
         self.counters.add("handedBack", info.handed_back)
         self.counters.add("pullErrors", info.pull_errors)
-        if lease and self._leaser is not None:
-            self._leaser.add(chunks + later, max(1.0, proven - now), renew_now=True)
+        # Rows held for the next AvailableNow run stay held past the commit: leased however the
+        # slice was found (a slice first read at its batch's commit is not leased otherwise).
+        held = chunks + later if lease else later
+        if held and self._leaser is not None:
+            self._leaser.add(held, max(1.0, proven - now), renew_now=True)
         return s
 
     def _scan_loop(self) -> None:
