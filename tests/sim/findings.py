@@ -338,3 +338,23 @@ def drawn_executors_posix_212(seed: int = 212) -> Scenario:
     runs' worth). A slice whose batch committed before the driver's scan found it was first read at
     the commit, unleased, and its later rows, held until the run ended, were never leased."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def available_now_later_messages_held_by_bytes_executors(seed: int = 0) -> Scenario:
+    """On 6f8dfe0, once the checker counts bytes held: an AvailableNow run held more bytes of
+    messages published after it began than maxOutstandingBytes. Those count against both bounds
+    until the run ends, and are handed back when they take half of one: receiver=executors counted
+    them against maxOutstandingMessages only."""
+    return calm(
+        "executors",
+        "posix",
+        seed,
+        trigger="available_now",
+        backlog=100,
+        live=300,
+        live_seconds=30.0,
+        body_size=3000,
+        pubsub=Terms(partial=0.3, disorder=0.5),
+        options={"maxOutstandingBytes": "65536", "maxMessagesPerTrigger": "5"},
+    )

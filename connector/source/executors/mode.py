@@ -39,7 +39,7 @@ from ..core.mode import Limits
 from ..metrics import Counters
 from ..pubsub.acker import NACK, Acker, Job
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements
-from ..pubsub.chunks import DONE, Chunk
+from ..pubsub.chunks import DONE, Chunk, total
 from ..pubsub.drained import Answer, Drain
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import IdSet, Remembered
@@ -250,8 +250,9 @@ class ExecutorsMode:
         assert self._ledger is not None
         ensure_run()
         max_messages = min(limits.max_messages or opts.maxOutstandingMessages, opts.maxOutstandingMessages)
+        max_bytes = min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes)
         if self._cutoff_us is not None:
-            max_messages = self._room_beside_later(max_messages)
+            max_messages, max_bytes = self._room_beside_later(max_messages, max_bytes)
         subs = opts.subscription_paths
         ordered = tuple(s for s in subs if self._subs[s].ordered)
         # No more tasks than messages (each task's share is at least one: see orders_of), nor than
@@ -262,7 +263,7 @@ class ExecutorsMode:
         plan = Plan(
             parts=parts,
             max_messages=max_messages,
-            max_bytes=min(limits.max_bytes or opts.maxOutstandingBytes, opts.maxOutstandingBytes),
+            max_bytes=max_bytes,
             cutoff_us=self._cutoff_us,
             ordered=ordered,
         )
@@ -441,7 +442,7 @@ class ExecutorsMode:
         # proof goes on.
         proven = now + (info.proven_until - time.time()) - CLOCK_SKEW_SECONDS
         chunks = _chunks(table, roles != LATER, now, proven)
-        later = _chunks(table, roles == LATER, now, proven)
+        later = _chunks(table, roles == LATER, now, proven, info.later_bytes)
         acks = table.filter(mask(roles != LATER)).select(["sub", "message_id", "ack_id"])
         kept_ids = {
             sub: IdSet.of(ids)
@@ -560,30 +561,30 @@ class ExecutorsMode:
         else:
             self._unavailable_since = None
 
-    def _room_beside_later(self, max_messages: int) -> int:
-        """AvailableNow: the messages a batch may take beside the later ones held.
+    def _room_beside_later(self, max_messages: int, max_bytes: int) -> tuple[int, int]:
+        """AvailableNow: the messages and bytes a batch may take beside the later ones held.
 
-        Later messages count against ``maxOutstandingMessages`` until the run ends; when they take
-        half of it, they are handed back (a delivery attempt each) to make room for the rest of the
-        backlog, as the driver mode does.
+        Later messages count against ``maxOutstandingMessages`` and ``maxOutstandingBytes`` until
+        the run ends; when they take half of either, they are handed back (a delivery attempt each)
+        to make room for the rest of the backlog, as the driver mode does.
         """
-        bound = self._opts.maxOutstandingMessages
+        bound, bound_bytes = self._opts.maxOutstandingMessages, self._opts.maxOutstandingBytes
         with self._lock:
-            later = sum(len(c) for c in self._later) + sum(len(c) for s in self._slices.values() for c in s.later)
-            later += sum(len(c) for c in self._returning)
-        if later * 2 >= bound:
+            held = [*self._later, *(c for s in self._slices.values() for c in s.later), *self._returning]
+        later, later_bytes = total(held)
+        if later * 2 >= bound or later_bytes * 2 >= bound_bytes:
             n = self._hand_back_later()
             if n and not self._warned_later:
                 self._warned_later = True
                 log.warning(
                     "Trigger.AvailableNow: messages published after the run began filled half of "
-                    "maxOutstandingMessages before the backlog was read; %d of them were handed back (a delivery "
-                    "attempt each) to make room. Raise the bound to avoid it",
+                    "maxOutstandingMessages or maxOutstandingBytes before the backlog was read; %d of them were "
+                    "handed back (a delivery attempt each) to make room. Raise the bounds to avoid it",
                     n,
                 )
             with self._lock:
-                later = sum(len(c) for c in self._returning)
-        return max(1, min(max_messages, bound - later))
+                later, later_bytes = total(self._returning)
+        return max(1, min(max_messages, bound - later)), max(1, min(max_bytes, bound_bytes - later_bytes))
 
     def _hand_back_later(self) -> int:
         """Hand back the later rows of committed batches (AvailableNow); return how many."""
@@ -672,8 +673,11 @@ def _by_sub(table: pa.Table) -> dict[str, list[str]]:
     return out
 
 
-def _chunks(table: pa.Table, where: np.ndarray, now: float, proven: float) -> list[Chunk]:
-    """One chunk per subscription of a slice's rows ``where`` (a boolean mask) holds."""
+def _chunks(table: pa.Table, where: np.ndarray, now: float, proven: float, nbytes: int = 0) -> list[Chunk]:
+    """One chunk per subscription of a slice's rows ``where`` (a boolean mask) holds.
+
+    ``nbytes``: their body bytes (the driver reads no body), shared among the chunks by rows.
+    """
     if not where.any():
         return []
     part = table.filter(mask(where)) if not where.all() else table
@@ -681,12 +685,21 @@ def _chunks(table: pa.Table, where: np.ndarray, now: float, proven: float) -> li
     mids = part.column("message_id").to_pylist()
     acks = part.column("ack_id").to_pylist()
     if len(set(subs)) == 1:
-        return [Chunk(subs[0], mids, acks, None, 0, 0, now, proven_until=proven)]
+        return [Chunk(subs[0], mids, acks, None, nbytes, 0, now, proven_until=proven)]
     rows: dict[str, list[int]] = {}
     for i, s in enumerate(subs):
         rows.setdefault(s, []).append(i)
     return [
-        Chunk(sub, [mids[i] for i in idx], [acks[i] for i in idx], None, 0, 0, now, proven_until=proven)
+        Chunk(
+            sub,
+            [mids[i] for i in idx],
+            [acks[i] for i in idx],
+            None,
+            nbytes * len(idx) // len(mids),
+            0,
+            now,
+            proven_until=proven,
+        )
         for sub, idx in rows.items()
     ]
 

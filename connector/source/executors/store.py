@@ -81,6 +81,7 @@ class SliceInfo:
     handed_back: int  # messages handed back instead of recorded (their lease was not proven)
     subs: dict[str, SubscriptionPull] = field(default_factory=dict)
     pull_errors: int = 0  # Pulls that failed (retried within the task's time)
+    later_bytes: int = 0  # body bytes of the later rows (AvailableNow): held until the run ends
 
     def metadata(self) -> dict[bytes, bytes]:
         return {b"crdb_pubsub_slice": json.dumps(asdict(self)).encode()}

@@ -400,8 +400,11 @@ class _Pulled:
         mono, wall = time.monotonic(), time.time()
         proven = min((c.proven_until for c in self.chunks), default=mono)
         kept_by_sub: dict[str, int] = {}
-        for c, roles in zip(self.chunks, self.roles):
+        later_bytes = 0
+        for c, roles, batch in zip(self.chunks, self.roles, self.batches):
             kept_by_sub[c.sub] = kept_by_sub.get(c.sub, 0) + int((roles == KEEP).sum())
+            if self.order.cutoff_us is not None:
+                later_bytes += int(body_lengths(batch.column(0))[roles == LATER].sum())
         return SliceInfo(
             rows=sum(len(c) + sum(map(len, c.earlier.values())) for c in self.chunks),
             kept=kept or 0,
@@ -416,6 +419,7 @@ class _Pulled:
                 for s, e in self.evidence.items()
             },
             pull_errors=sum(e.errors for e in self.evidence.values()),
+            later_bytes=later_bytes,
         )
 
     def hand_back(self, rpc: Rpc) -> float:
