@@ -358,3 +358,12 @@ def available_now_later_messages_held_by_bytes_executors(seed: int = 0) -> Scena
         pubsub=Terms(partial=0.3, disorder=0.5),
         options={"maxOutstandingBytes": "65536", "maxMessagesPerTrigger": "5"},
     )
+
+
+@finding
+def drawn_executors_posix_208(seed: int = 208) -> Scenario:
+    """On 6f8dfe0, once the checker counts each batch's bytes: batches of 9-14 KB with
+    maxBytesPerTrigger=1024 (900 B bodies, 4 tasks). A task's first Pull, before it knew the size of
+    a message, asked for 10 whatever its byte share; it now asks for no more than the share holds
+    at Pub/Sub's largest message (10 MB), and knows the sizes the worker's last task saw."""
+    return draw(seed, "executors", "posix")

@@ -408,6 +408,8 @@ def _install_world(
     patch(task, "_RPCS", {})
     patch(task, "_STORAGES", {})
     patch(task, "_LEARNED", {})
+    if hasattr(task, "_SIZES"):  # an older source has none
+        patch(task, "_SIZES", {})
     import crdb_pubsub.source.pubsub.acker as acker
 
     submit = acker.Acker.submit

@@ -74,6 +74,7 @@ log = logging.getLogger("crdb_pubsub.task")
 
 MAX_PER_PULL = 1000  # Pub/Sub's own bound on one Pull
 FIRST_PULL_MESSAGES = 10  # before any message size is known (as the driver's flow control)
+MAX_MESSAGE_BYTES = 10 << 20  # Pub/Sub's largest message
 PULL_TIMEOUT_SECONDS = 2.0
 RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive at least this much longer
 
@@ -226,7 +227,8 @@ class _Pulled:
         """
         count = self.order.max_messages - self.kept
         if not self.largest:
-            return 0 if asked else max(1, min(count, FIRST_PULL_MESSAGES))
+            # No more than the byte share holds at the largest message Pub/Sub allows.
+            return 0 if asked else max(1, min(count, FIRST_PULL_MESSAGES, self.order.max_bytes // MAX_MESSAGE_BYTES))
         fits = min(count, (self.order.max_bytes - self.kept_bytes) // self.largest)
         free = fits - asked
         if free <= 0:
@@ -466,6 +468,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
     # Pulls the round trip wants. It starts where the last task of this Python worker (Spark reuses
     # them) left the subscription, and goes on learning from there.
     rules = {s: Concurrency(_LEARNED.get(s, START), time.monotonic()) for s in order.subscriptions}
+    # Likewise the size of its messages: the first Pull is sized by the byte share, not a guess.
+    out.largest = max([out.largest, *(_SIZES.get(s, 0) for s in order.subscriptions)])
     ordered = set(order.ordered)
     open_subs = list(order.subscriptions)
     # A share may fill on the first subscription's answers: the batches start with each in turn.
@@ -532,6 +536,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
             out.extend_new()  # left by an exception: best effort, the caller hands them back
         for s, rule in rules.items():
             _LEARNED[s] = rule.pullers
+            if out.largest:
+                _SIZES[s] = out.largest
     if failure is not None:
         raise failure
 
@@ -669,6 +675,8 @@ def _one_pull(
 _RPCS: dict[tuple, Rpc] = {}
 # Pulls in flight a subscription's last task in this Python worker ended with (see _pull).
 _LEARNED: dict[str, int] = {}
+# The largest message body a subscription's last task in this Python worker saw (see _pull).
+_SIZES: dict[str, int] = {}
 _STORAGES: dict[str, Storage] = {}
 
 

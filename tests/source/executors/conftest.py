@@ -11,3 +11,4 @@ from crdb_pubsub.source.executors import task
 def _fresh_worker(monkeypatch):
     """Each test is a fresh Python worker: nothing learned by an earlier task."""
     monkeypatch.setattr(task, "_LEARNED", {})
+    monkeypatch.setattr(task, "_SIZES", {})

@@ -112,3 +112,19 @@ def test_a_message_delivered_twice_whose_every_lease_lapsed_is_not_recorded():
     assert _roles(pulled) == {}
     assert sorted(rpc.handed_back) == ["a1", "a3"]
     assert int(np.sum([len(c) for c in pulled.chunks])) == 0
+
+
+def test_the_first_pull_asks_for_no_more_than_the_byte_share_holds():
+    # Before a task knows how large messages are, its first Pull asked for 10 whatever its byte
+    # share (maxBytesPerTrigger of 1 KB and 900 B messages gave batches of 9 KB a task): now for no
+    # more than the share holds at Pub/Sub's largest message.
+    small = task._Pulled(
+        SliceOrder(1, 0, 1, (SUB,), 100, 1024, 4.0, {SUB: 10}, 10),
+        Leaser(lambda *a: AckResult(), lease_seconds=10, max_lease_seconds=60),
+    )
+    assert small.room() == 1
+    large = task._Pulled(
+        SliceOrder(1, 0, 1, (SUB,), 100, 1 << 30, 4.0, {SUB: 10}, 10),
+        Leaser(lambda *a: AckResult(), lease_seconds=10, max_lease_seconds=60),
+    )
+    assert large.room() == task.FIRST_PULL_MESSAGES
