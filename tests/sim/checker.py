@@ -88,6 +88,29 @@ def _bounds(rec: Record) -> list[str]:
     return problems
 
 
+def _replays(rec: Record) -> list[str]:
+    """A batch yields the same rows each time it runs (a replay after a restart, a second action).
+
+    Two runs that read every partition whole yield the same; a run that read part of the batch
+    yields part of what a whole run yields.
+    """
+    whole: dict[int, frozenset[str]] = {}
+    for n, ids, complete in rec.sink.runs:
+        if complete:
+            whole.setdefault(n, ids)
+    differ = []
+    for n, ids, complete in rec.sink.runs:
+        full = whole.get(n)
+        if full is not None and (ids != full if complete else not ids <= full):
+            differ.append((n, len(full), len(ids), sorted(ids ^ full)[:3]))
+    if not differ:
+        return []
+    n, a, b, e = differ[0]
+    return [
+        f"{len(differ)} run(s) of a batch yielded other rows than a whole run of it, e.g. batch {n}: {a} rows, then {b} (e.g. {e})"
+    ]
+
+
 def _leases(rec: Record) -> list[str]:
     """No lease lapses while a live process holds its message, in a world that lets the source renew.
 
@@ -181,6 +204,7 @@ def check(rec: Record) -> Verdict:
                 f"{len(wrong)} messages reached the sink after a later message of their key, e.g. {wrong[:5]}"
             )
 
+    problems.extend(_replays(rec))
     problems.extend(_bounds(rec))
     problems.extend(_leases(rec))
 

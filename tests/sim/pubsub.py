@@ -114,6 +114,7 @@ class Message:
     let_go: set[str] = field(default_factory=set)  # ack ids its holders acknowledged or handed back (landed or not)
     client_acked: bool = False  # a client acknowledged it (later deliveries are dropped on arrival)
     late_at: float | None = None  # when an answer last passed it over for a newer one (None: delivered since)
+    released: bool = False  # the service ended its lease (a key delivered again), not the clock
 
 
 @dataclass
@@ -362,10 +363,12 @@ class SimPubSub:
                     if x.index > m.index and x.deliveries:
                         x.acked = False
                         x.lease_until = 0.0
-            if self._held_by(m) and m.lease_until <= now:
+                        x.released = True  # by the service, not run out: no lapse of its holder's
+            if self._held_by(m) and m.lease_until <= now and not m.released:
                 self.lapsed_while_held.append((now, m.mid, m.holder.name))  # type: ignore[union-attr]
             ack_id = f"{s.name.rsplit('/', 1)[-1]}:{next(self._ack_ids)}"
             m.late_at = None
+            m.released = False
             m.ack_id = ack_id
             m.lease_until = now + s.ack_deadline
             m.deliveries += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,7 @@ class Logs:
 
 @dataclass
 class Sink:
-    """An idempotent sink: batch N's rows replace batch N's (a replay writes the same batch again).
+    """An idempotent sink: a replay of batch N replaces batch N's rows, or leaves the first write.
 
     ``batches[n]``: the message ids it received, in partition order then row order.
     ``excused[n]``: ids of batch ``n`` that the sink chose not to read (a partial read).
@@ -67,6 +68,21 @@ class Sink:
     batches: dict[int, list[str]] = field(default_factory=dict)
     excused: dict[int, set[str]] = field(default_factory=dict)
     writes: int = 0
+    # Each time a batch's tasks ran: (batch, what the partitions read whole yielded, whether every
+    # partition was). A batch run again, in a replay after a restart or by a foreachBatch's second
+    # action, must yield the same (the partitions may be split otherwise: numPartitions changed).
+    runs: list[tuple[int, frozenset[str], bool]] = field(default_factory=list)
+
+    def write(self, n: int, rows: list[str], excused: set[str], *, first_wins: bool) -> None:
+        """Batch ``n``'s rows: replace an earlier write, or (``first_wins``) keep it."""
+        self.writes += 1
+        if first_wins and n in self.batches:
+            return
+        self.batches[n] = rows
+        if excused:
+            self.excused[n] = excused
+        else:
+            self.excused.pop(n, None)
 
     def ids(self) -> list[str]:
         return [i for n in sorted(self.batches) for i in self.batches[n]]
@@ -84,6 +100,16 @@ class SparkTerms:
     late_commit: float = 0.0
     poll: float = 0.2  # seconds between latestOffset calls that brought nothing
     batch_overhead: float = 0.3  # Spark's own time per micro-batch (planning, task launch, logs)
+    # Drawn apart from the above (:meth:`draw_more`), so that adding them left every earlier
+    # world's draws as they were.
+    twice: float = 0.0  # chance a batch's tasks run twice, both successfully (foreachBatch, two actions)
+    die_after_sink: float = 0.0  # chance the driver dies after the sink wrote a batch, before the commit log
+    zombie_task: float = 0.0  # chance an attempt whose executor Spark lost keeps running (a partition)
+    # Chance latestOffset(start, limit) is called again within a trigger (4.2+; on 4.0/4.1 Spark
+    # calls latestOffset() once a trigger, and the no-argument call is what proves a commit there).
+    latest_again: float = 0.0
+    zombie_runner: float = 0.0  # chance the driver-side runner outlives its stopped query for seconds
+    first_write: bool = False  # the sink keeps a batch's first write (Delta's txnVersion, the file sink)
 
     @classmethod
     def draw(cls, rng: Any, *, rough: float, version: str | None = None) -> SparkTerms:
@@ -102,6 +128,22 @@ class SparkTerms:
             poll=rng.choice([0.1, 0.5, 2.0]),
             batch_overhead=rng.choice([0.05, 0.3, 0.6]),
         )
+
+    @staticmethod
+    def draw_more(rng: Any, *, rough: float) -> dict[str, Any]:
+        """The freedoms added later, drawn from a generator of their own (see the fields)."""
+
+        def maybe(p: float) -> float:
+            return p * rough if rng.random() < 0.3 else 0.0
+
+        return {
+            "twice": maybe(0.3),
+            "die_after_sink": maybe(0.1),
+            "zombie_task": maybe(1.0),
+            "latest_again": maybe(0.3),
+            "zombie_runner": maybe(0.5),
+            "first_write": rng.random() < 0.5,
+        }
 
     @property
     def old_api(self) -> bool:
@@ -129,6 +171,7 @@ class SparkApp:
         *,
         name: str,
         wire_ids: Callable[[Any], list[str]],
+        more: Any = None,
     ) -> None:
         self.sched = sched
         self.rng = rng
@@ -141,6 +184,8 @@ class SparkApp:
         self.workers: list[Process] = []
         self._make_reader = make_reader
         self._wire_ids = wire_ids
+        # The freedoms added later draw from a generator of their own (see SparkTerms.draw_more).
+        self.more = random.Random(f"{name}-more") if more is None else more
         self.reader: Any = None
         self._start: dict | None = None
         self._pending: int | None = None
@@ -210,6 +255,8 @@ class SparkApp:
                 if self._start is None:
                     self._start = self._call(self.reader.initialOffset)
                 end = self._call(self.reader.latestOffset, self._start, self._call(self.reader.getDefaultReadLimit))
+                if self.terms.latest_again and self.more.random() < self.terms.latest_again:
+                    end = self._call(self.reader.latestOffset, self._start, self._call(self.reader.getDefaultReadLimit))
             if _same(end, self._start):
                 self._flush_deferred_commit()
                 return False
@@ -225,16 +272,18 @@ class SparkApp:
             start = self._call(self.reader.initialOffset)
         parts = self._call(self.reader.partitions, start, end)
         self.sched.sleep(self.terms.batch_overhead)
-        rows, excused = self._run_tasks(n, parts)
+        rows, unread = self._run_tasks(n, parts)
+        if self.terms.twice and self.more.random() < self.terms.twice:
+            self._run_tasks(n, parts)  # a foreachBatch with two actions: the tasks run again, as new attempts
+        # What the sink chose not to read is what those partitions yield once the batch is done (a
+        # second action may run a task the first did not).
+        excused = self._excused(parts, rows, unread)
         self._flush_deferred_commit()
         if self.terms.sink_fails and self.rng.random() < self.terms.sink_fails:
             raise SinkFails(f"the sink failed batch {n} (simulated)")
-        self.sink.batches[n] = rows
-        if excused:
-            self.sink.excused[n] = excused
-        else:
-            self.sink.excused.pop(n, None)
-        self.sink.writes += 1
+        self.sink.write(n, rows, excused, first_wins=self.terms.first_write)
+        if self.terms.die_after_sink and self.more.random() < self.terms.die_after_sink:
+            self.kill()  # the driver's host dies between the sink's write and the commit log
         self.sched.check()
         self.logs.commits[n] = self.sched.now
         self.batches_run += 1
@@ -261,8 +310,12 @@ class SparkApp:
 
     # ---------------------------------------------------------------- tasks
 
-    def _run_tasks(self, n: int, parts: list[Any]) -> tuple[list[str], set[str]]:
-        """Run a batch's tasks as Spark may; return the rows the sink reads and those it chose not to."""
+    def _run_tasks(self, n: int, parts: list[Any]) -> tuple[list[str], set[int]]:
+        """Run a batch's tasks as Spark may; return the rows the sink reads and the partitions it did
+        not read whole (some tasks never run, one may stop early: a partial read).
+
+        What the partitions read whole yielded is noted in the sink's ``runs``.
+        """
         partial = bool(parts) and self.terms.partial_read and self.rng.random() < self.terms.partial_read
         order = list(range(len(parts)))
         self.rng.shuffle(order)
@@ -297,15 +350,17 @@ class SparkApp:
         self.sched.check()
         if errors:
             raise errors[0]
+        whole = {i: frozenset(ids) for i, ids in outputs.items() if i not in stop_after}
+        self.sink.runs.append((n, frozenset().union(*whole.values()), len(whole) == len(parts)))
         rows = [r for i in range(len(parts)) for r in outputs.get(i, [])]
-        excused: set[str] = set()
-        if partial:
-            for i in range(len(parts)):
-                if i in outputs:
-                    excused.update(set(yielded.get(i, [])) - set(outputs[i]))
-                else:
-                    excused.update(self._wire_ids(parts[i]))
-        return rows, excused
+        return rows, {i for i in range(len(parts)) if i not in whole}
+
+    def _excused(self, parts: list[Any], rows: list[str], unread: set[int]) -> set[str]:
+        """What the partitions the sink did not read whole yield (as far as it is known now), less what it read."""
+        out: set[str] = set()
+        for i in unread:
+            out.update(self._wire_ids(parts[i]))
+        return out - set(rows)
 
     def _task(
         self, n: int, i: int, part: Any, stop_after: int | None, outputs: dict, yielded: dict, errors: list
@@ -351,6 +406,10 @@ class SparkApp:
         lose_at = None
         if self.terms.task_loss and self.rng.random() < self.terms.task_loss:
             lose_at = self.rng.uniform(0.0, 3.0)
+        # Spark lost the attempt's executor but the process goes on (a network partition): its
+        # outcome is ignored, a retry runs, and it is killed some time later, or never.
+        zombie = lose_at is not None and self.terms.zombie_task and self.more.random() < self.terms.zombie_task
+        lost = {"lost": False}
 
         def body() -> None:
             reader = pickle.loads(pickle.dumps(self.reader))
@@ -370,31 +429,59 @@ class SparkApp:
                 return
             finally:
                 gen.close()
-            if "rows" not in result:
+            if "rows" not in result and not lost["lost"]:
                 result["rows"] = list(got)
                 result["yielded"] = list(got)
 
         th = _spawn(self.sched, worker, worker.name, body)
         if lose_at is not None:
-            _spawn(self.sched, self.jvm, f"{worker.name}-loss", self._lose, worker, lose_at)
-        return th, worker
+            zombie_for = self.more.choice([2.0, 20.0, None]) if zombie else 0.0
+            _spawn(self.sched, self.jvm, f"{worker.name}-loss", self._lose, worker, lose_at, lost, zombie_for)
+        return _Attempt(th, lost), worker
 
-    def _lose(self, worker: Process, after: float) -> None:
+    def _lose(self, worker: Process, after: float, lost: dict, zombie_for: float | None) -> None:
         self.sched.sleep(after)
-        if worker.alive:
+        if not worker.alive:
+            return
+        lost["lost"] = True
+        if zombie_for == 0.0:
             self.sched.kill(worker)
+            return
+        if zombie_for is not None:
+            self.sched.sleep(zombie_for)
+            if worker.alive:
+                self.sched.kill(worker)
 
-    def stop(self, graceful: bool) -> None:
-        """Spark stops the query: the runner is SIGTERMed (hands back within 5 s) or just gone."""
+    def stop(self, graceful: bool, *, keep_runner: bool = False) -> None:
+        """Spark stops the query: the runner is SIGTERMed (hands back within 5 s) or just gone.
+
+        ``keep_runner``: the runner missed the signal and lives on, its threads running, until
+        the caller kills it.
+        """
         if graceful and self.reader is not None and self.runner.alive and self.jvm.alive:
             done = _spawn(self.sched, self.runner, f"{self.name}-sigterm", self.reader.stop)
             done.join(6.0)
         for p in self.processes():
-            if p.alive:
+            if p.alive and not (keep_runner and p is self.runner):
                 self.sched.kill(p) if p is not self.sched.current().process else None
-        self.runner.alive = False
+        if not keep_runner:
+            self.runner.alive = False
         for w in self.workers:
             w.alive = False
+
+
+class _Attempt:
+    """A task attempt's thread, as Spark sees it: an attempt whose executor it lost is over."""
+
+    def __init__(self, thread: Any, lost: dict) -> None:
+        self.thread = thread
+        self._lost = lost
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive() and not self._lost["lost"]
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
 
 
 def _spawn(sched: Scheduler, process: Process, name: str, fn: Callable[..., Any], *args: Any) -> Any:

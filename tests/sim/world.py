@@ -145,7 +145,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         runner_only=runner_only,
         pubsub=Terms.draw(rng, rough=rough),
         storage_terms=StorageTerms.draw(rng, storage, rough=rough),
-        spark=spark,
+        spark=replace(spark, **SparkTerms.draw_more(random.Random(f"spark-more-{seed}-{mode}-{storage}"), rough=rough)),
         stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
         pauses=_pauses(random.Random(f"pauses-{seed}-{mode}-{storage}"), rough),
     )
@@ -443,6 +443,12 @@ def _install_world(
 _PROCESSES: dict[int, S.Process] = {}
 
 
+def _reap(sched: S.Scheduler, process: S.Process, after: float) -> None:
+    sched.sleep(after)
+    if process.alive:
+        sched.kill(process)
+
+
 def _functions(mod: Any) -> Iterator[Any]:
     import types
 
@@ -630,17 +636,19 @@ def simulate(
             app.prepare_available_now()
             run = AvailableNowRun(cutoff, set(all_ids()))
             runs.append(run)
+            # What Pub/Sub passed over and had not delivered when the trigger that ended the run
+            # began, or when it ended (a Pull in flight may deliver it between the two).
+            late: set[str] = set()
             try:
-                if sc.spark.old_api:
-                    app.trigger()
-                else:
-                    while app.trigger():
-                        pass
+                while True:
+                    late = service.delivered_late(run.cutoff)
+                    if not app.trigger() or sc.spark.old_api:
+                        break
             finally:
                 run.finished_at = sched.now
             run.ended = True
             run.sink_at_end = reached()
-            run.late = service.delivered_late(run.cutoff)
+            run.late = late | service.delivered_late(run.cutoff)
             return
         idle_since = sched.now
         have = len(reached())
@@ -689,6 +697,7 @@ def simulate(
         while True:
             name = f"app{k}"
             spark_rng = random.Random(f"spark-{seed}-{k}")
+            more = random.Random(f"spark-more-{seed}-{k}")
             app = SparkApp(
                 sched,
                 spark_rng,
@@ -698,6 +707,7 @@ def simulate(
                 functools.partial(make_reader, sc.partitions[k % len(sc.partitions)]),
                 name=name,
                 wire_ids=wire_ids,
+                more=more,
             )
             apps.append(app)
             for p in (app.jvm, app.runner):
@@ -745,7 +755,15 @@ def simulate(
                 runs[-1].died = True  # the app was killed (or its query failed) during the run
                 runs[-1].finished_at = runs[-1].finished_at or sched.now
             graceful = spark_rng.random() < 0.6
-            app.stop(graceful)
+            linger = 0.0
+            if sc.spark.zombie_runner and more.random() < sc.spark.zombie_runner:
+                linger = more.choice([2.0, 10.0, 40.0])  # the runner outlives its query (a missed SIGTERM)
+            app.stop(graceful and not linger, keep_runner=bool(linger))
+            if linger:
+                events.info("%s's runner lives on for %.0f s", name, linger)
+                S.SimThread(
+                    sched, functools.partial(_reap, sched, app.runner, linger), name=f"{name}-reaper", process=world
+                ).start()
             k += 1
             done = not state["publishing"] and all_ids() <= reached()
             if done:
