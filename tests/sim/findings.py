@@ -367,3 +367,27 @@ def drawn_executors_posix_208(seed: int = 208) -> Scenario:
     a message, asked for 10 whatever its byte share; it now asks for no more than the share holds
     at Pub/Sub's largest message (10 MB), and knows the sizes the worker's last task saw."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def latest_offset_asked_twice_driver(seed: int = 0) -> Scenario:
+    """On 6f8dfe0 (once Spark asks latestOffset(start) twice with one start): receiver=driver sealed
+    a second batch under the same number and stopped on its own record (StateDirError: "already
+    holds batch 1"), run after run. The answer to a start is now given once: asked again, the same."""
+    return calm("driver", "posix", seed, backlog=100, live=100, spark=SparkTerms(version="4.3", latest_again=1.0))
+
+
+@finding
+def latest_offset_asked_twice_available_now_executors(seed: int = 0) -> Scenario:
+    """On 6f8dfe0 (once Spark asks latestOffset(start) twice with one start): receiver=executors'
+    AvailableNow run never ended. The first call ended the run; the second, no longer in a run,
+    planned a batch, and so on for ever."""
+    return calm(
+        "executors",
+        "posix",
+        seed,
+        trigger="available_now",
+        backlog=100,
+        live=100,
+        spark=SparkTerms(version="4.3", latest_again=1.0),
+    )

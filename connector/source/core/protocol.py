@@ -72,6 +72,10 @@ class OffsetProtocol:
         self._spark_latest = 0  # the newest offset Spark holds (see the module docstring)
         self._committed = -1  # the newest batch whose commit was proven
         self._first_latest = True
+        # (start, end) of the last latestOffset(start) that planned a batch or ended an AvailableNow
+        # run: asked again with that start, the answer is the same (a batch is planned once, a run
+        # ends once, whatever the mode would decide now).
+        self._answered: tuple[int, int] | None = None
         self._cutoff_us: int | None = None  # Trigger.AvailableNow
         self._warned_unreplayable: set[int] = set()
         # Decode reports of batches not yet committed: a retried task replaces its report.
@@ -176,6 +180,7 @@ class OffsetProtocol:
         with self._lock:
             self._cutoff_us = int(time.time() * 1_000_000)
             self._mode.set_cutoff(self._cutoff_us)
+            self._answered = None
 
     def latest(self, start: dict | None, max_messages: int | None, max_bytes: int | None) -> dict:
         with self._lock:
@@ -192,6 +197,9 @@ class OffsetProtocol:
                 self._first_latest = False
                 self._mode.first_latest(base, limits)
             self._maybe_summarise()
+            if start is not None and self._answered is not None and self._answered[0] == base:
+                self._spark_latest = self._answered[1]
+                return offset_of(self._answered[1], self._run)
             if self._cutoff_us is not None and self._mode.available_now_over(base):
                 # The run ends with this answer: acknowledgements must reach Pub/Sub first.
                 if not self._mode.end_available_now(ACK_FLUSH_SECONDS):
@@ -204,12 +212,14 @@ class OffsetProtocol:
                     )
                 self._cutoff_us = None
                 self._mode.set_cutoff(None)
+                self._answered = (base, base)  # the run is over: asked again, still nothing new
                 return offset_of(base, self._run)
             bid = base + 1
             if not self._mode.plan(bid, limits, self._ensure_run):
                 return offset_of(base, self._run)
             self.counters.add("batchesPlanned")
             self._spark_latest = bid
+            self._answered = (base, bid)
             return offset_of(bid, self._run)
 
     def partitions(self, start: dict, end: dict) -> list[tuple[int, int, Any]]:
