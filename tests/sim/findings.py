@@ -391,3 +391,14 @@ def latest_offset_asked_twice_available_now_executors(seed: int = 0) -> Scenario
         live=100,
         spark=SparkTerms(version="4.3", latest_again=1.0),
     )
+
+
+@finding
+def drawn_executors_gs_284(seed: int = 284) -> Scenario:
+    """On 6f8dfe0, once the driver may die between the sink's write and the commit log, and the sink
+    keeps a batch's first write (Delta's txnVersion): 3 of 6 messages lost. Batch 0's first run
+    read part of it (a task never ran); the replay after the restart ran that task, which pulled
+    new messages, yielded them to a sink that kept the first write, and had them acknowledged. A
+    replayed batch's slice that its first run never recorded yielded nothing then: it pulls
+    nothing now."""
+    return draw(seed, "executors", "gs")

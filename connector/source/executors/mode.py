@@ -104,6 +104,7 @@ class ExecutorsMode:
         self._seen: SeenServer | None = None
         self._lock = threading.Lock()
         self._plans: dict[int, Plan] = {}  # uncommitted batches
+        self._planned_here: set[int] = set()  # of those, the ones this process planned (the others: replays)
         self._slices: dict[tuple[int, int], _Slice] = {}  # uncommitted batches' slices seen so far
         self._later: list[Chunk] = []  # AvailableNow: committed batches' later rows, held until the run ends
         # Handed back once a renewal in flight landed (see Leaser.discard): held until then.
@@ -272,6 +273,7 @@ class ExecutorsMode:
         recorded = Plan.of(self._ledger.record_plan(batch_id, plan.as_json()))
         with self._lock:
             self._plans[batch_id] = recorded
+            self._planned_here.add(batch_id)
         if self._cutoff_us is not None and self._run_from is None:
             self._run_from = batch_id
         return True
@@ -300,8 +302,18 @@ class ExecutorsMode:
         with self._lock:
             immediate = frozenset(s for s in subs if plan.cutoff_us is not None and self._drain.shadowed(s))
         ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
+        with self._lock:
+            replay = batch_id not in self._planned_here
         return orders_of(
-            batch_id, plan, subs, deadlines, self._opts.ackDeadlineSeconds, self._seen.where, immediate, ordered
+            batch_id,
+            plan,
+            subs,
+            deadlines,
+            self._opts.ackDeadlineSeconds,
+            self._seen.where,
+            immediate,
+            ordered,
+            replay=replay,
         )
 
     def known(self, after: int, upto: int) -> list[int]:
@@ -332,6 +344,7 @@ class ExecutorsMode:
         with self._lock:
             for bid in batches:
                 del self._plans[bid]
+                self._planned_here.discard(bid)
             unregistered = [s for (b, _), s in self._slices.items() if b <= upto and s not in done]
             for key in [k for k in self._slices if k[0] <= upto]:
                 del self._slices[key]

@@ -91,8 +91,11 @@ class SliceOrder:
     # Where the task asks which of the messages it pulled it must not yield (:mod:`.seen`): the
     # driver-side reader's addresses and token.
     seen: tuple[tuple[str, ...], str] | None = None
-    # Subscriptions with message ordering: a key's messages stay in one slice of a batch.
+    # Subscriptions with message ordering: one Pull at a time (see the task).
     ordered: tuple[str, ...] = ()
+    # Spark runs the batch again (a restart, or a runner that died): what its first run yielded of
+    # a slice was recorded first, so a slice not recorded yielded nothing then, and pulls nothing now.
+    replay: bool = False
 
     def __repr__(self) -> str:  # the token stays out of plan strings and logs
         return f"SliceOrder(batch={self.batch_id}, index={self.index}, parts={self.parts})"
@@ -107,6 +110,7 @@ def orders_of(
     seen: tuple[tuple[str, ...], str] | None,
     immediate: frozenset[str] = frozenset(),
     ordered: frozenset[str] = frozenset(),
+    replay: bool = False,
 ) -> list[SliceOrder]:
     """Return the orders of ``plan``'s tasks."""
     shortest = min(deadlines.values(), default=10)
@@ -130,6 +134,7 @@ def orders_of(
                 immediate=tuple(s for s in mine if s in immediate),
                 seen=seen,
                 ordered=tuple(s for s in mine if s in ordered),
+                replay=replay,
             )
         )
     return out

@@ -98,7 +98,13 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
             claim = store.claim(order.batch_id, order.index, wait=CLAIM_TTL_SECONDS + 2 * CLAIM_MARGIN_SECONDS + 5.0)
             try:
                 table = store.read(order.batch_id, order.index)  # another attempt may have finished meanwhile
-                if table is None:
+                if table is None and order.replay:
+                    # Its first run recorded nothing, so yielded nothing: neither does this one (a
+                    # sink that kept that run's output must see the same batch).
+                    table = SLICE_SCHEMA.empty_table()
+                    if not store.publish(claim, order.batch_id, order.index, table, _empty_info()):
+                        table = store.read(order.batch_id, order.index)
+                elif table is None:
                     table, keeper, chunks = _pull_and_record(options, order, store, claim)
             finally:
                 claim.release()
@@ -108,6 +114,12 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
         if keeper is not None:
             keeper.stop(timeout=1.0)
             keeper.extend(chunks, order.lease_seconds)
+
+
+def _empty_info() -> SliceInfo:
+    """Return the metadata of a slice that pulled nothing (a replay's, its first run recorded none)."""
+    now = time.time()
+    return SliceInfo(rows=0, kept=0, oldest_us=None, pulled_at=now, proven_until=now, handed_back=0)
 
 
 def _yielded(store: SliceStore, order: SliceOrder, table: pa.Table, register: list[int]) -> pa.Table:
