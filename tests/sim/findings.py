@@ -402,3 +402,13 @@ def drawn_executors_gs_284(seed: int = 284) -> Scenario:
     replayed batch's slice that its first run never recorded yielded nothing then: it pulls
     nothing now."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_driver_gs_155(seed: int = 155) -> Scenario:
+    """On 6f8dfe0, once a Pull asked to return at once may be answered after its client gave up too:
+    an AvailableNow run never ended. Waiting out a shadow, every puller asked again every 0.25 s;
+    now and then an answer came late, leasing its messages to nobody and casting a new shadow of a
+    minute. A slot whose newest answer would prove the subscription drained but for a shadow now
+    waits for the shadow's end before it pulls again."""
+    return draw(seed, "driver", "gs")

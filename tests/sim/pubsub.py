@@ -453,7 +453,9 @@ class SimPubSub:
         picked = (
             self._choose(s, avail, asked, sched.now) if avail else self._again(s, [], min(asked, MAX_PULL), sched.now)
         )
-        late = bool(picked) and not immediately and self.terms.late_pull and self.rng.random() < self.terms.late_pull
+        # Answered after the client gave up: a long Pull, or one asked to return at once (the
+        # request may wait in a queue all the same).
+        late = bool(picked) and self.terms.late_pull and self.rng.random() < self.terms.late_pull
         delivered = self._deliver(s, picked, sched.now, None if late else caller, caller)
         if late:
             # Answered after the client's deadline: leased to nobody.

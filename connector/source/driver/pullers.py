@@ -70,7 +70,7 @@ class Puller:
     def _run(self) -> None:
         backoff = Backoff()
         while not self._stopping.is_set():
-            if not self._receiver.wait_until_pulling(self._sub):
+            if not self._receiver.wait_until_pulling(self._sub, self._index):
                 continue
             reservation = self._flow.reserve(self._stopping)
             if reservation is None:

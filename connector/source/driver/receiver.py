@@ -200,16 +200,22 @@ class Receiver:
 
     # ------------------------------------------------------------------ pullers' side
 
-    def wait_until_pulling(self, sub: str) -> bool:
-        """Return False (after a short wait) while ``sub`` should not be pulled.
+    def wait_until_pulling(self, sub: str, slot: int = 0) -> bool:
+        """Return False (after a short wait) while ``sub`` should not be pulled by ``slot``.
 
         An AvailableNow run that found it drained pulls nothing more from it, nor anything once it
-        ended (what a Pull brings then is only handed back).
+        ended (what a Pull brings then is only handed back); nor, by a slot whose newest answer
+        would prove it drained but for a shadow, before the shadow's end (:meth:`.Drain.idle_until`).
         """
         with self._cond:
             if not self._pulling_locked(sub):
                 self._cond.wait(0.5)
                 return False
+            if self._cutoff_us is not None:
+                left = self._drain.idle_until(sub, slot, self._cutoff_us) - self._clock()
+                if left > 0:
+                    self._cond.wait(min(0.5, left))
+                    return False
         return not self._stopping.is_set()
 
     def still_pulling(self, sub: str) -> bool:

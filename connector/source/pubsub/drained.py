@@ -82,6 +82,20 @@ class Drain:
         if have is None or have.sent <= answer.sent:
             self._answers[(sub, slot)] = answer
 
+    def idle_until(self, sub: str, slot: int, cutoff_us: int) -> float:
+        """Return until when a Pull of ``slot`` on ``sub`` shows nothing (0.0: it may, now).
+
+        While a shadow lasts, an answer proves nothing: once the slot's newest answer brought
+        nothing published at or before the cutoff (evidence but for the shadow), the next Pull
+        waits for the shadow's end. Each Pull before it would risk another shadow (one answered
+        after its client gave up), and a run that pulls on may never end.
+        """
+        a = self._answers.get((sub, slot))
+        shadow = self._shadow.get(sub, 0.0)
+        if a is None or a.sent >= shadow or (a.oldest_us is not None and a.oldest_us <= cutoff_us):
+            return 0.0
+        return shadow
+
     def quiet(self, sub: str, slots: Iterable[int], cutoff_us: int, since: float) -> bool:
         """Whether ``sub`` shows it delivered what was published until ``cutoff_us`` (see the module)."""
         shadow = self._shadow.get(sub, 0.0)

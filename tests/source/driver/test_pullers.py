@@ -29,7 +29,7 @@ class _Receiver:
         self.accept_waits = accept_waits
         self.seen: list[dict[str, Any]] = []
 
-    def wait_until_pulling(self, sub: str) -> bool:
+    def wait_until_pulling(self, sub: str, slot: int = 0) -> bool:
         return not self.stopping.is_set()
 
     def still_pulling(self, sub: str) -> bool:
