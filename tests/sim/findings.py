@@ -412,3 +412,13 @@ def drawn_driver_gs_155(seed: int = 155) -> Scenario:
     minute. A slot whose newest answer would prove the subscription drained but for a shadow now
     waits for the shadow's end before it pulls again."""
     return draw(seed, "driver", "gs")
+
+
+@finding
+def drawn_executors_gs_473(seed: int = 473) -> Scenario:
+    """On d194021, once a Pull asked to return at once may be answered after its client gave up: an
+    AvailableNow run of receiver=executors never ended (2,300 batches in 3,000 s; on 6f8dfe0 the
+    world failed first on 904,200 B held with maxOutstandingBytes=65536), as in
+    drawn_driver_gs_155: each batch's tasks pulled the shadowed subscription, and a late answer
+    cast a new shadow. Such a subscription is now left out of a batch's orders until its shadow ends."""
+    return draw(seed, "executors", "gs")

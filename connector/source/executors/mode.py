@@ -299,11 +299,16 @@ class ExecutorsMode:
         deadlines = {s: i.ack_deadline for s, i in self._subs.items()}
         # Once a Pull of a subscription timed out, an AvailableNow run's tasks ask with
         # return_immediately: a long Pull that timed out again would cast a new shadow.
+        # And a subscription whose last answer would prove it drained but for a shadow is not
+        # pulled before the shadow's end (each Pull risks a new one: Drain.idle_until).
+        now = time.time()
         with self._lock:
             immediate = frozenset(s for s in subs if plan.cutoff_us is not None and self._drain.shadowed(s))
-        ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
-        with self._lock:
+            idle = frozenset(
+                s for s in subs if plan.cutoff_us is not None and self._drain.idle_until(s, 0, plan.cutoff_us) > now
+            )
             replay = batch_id not in self._planned_here
+        ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
         return orders_of(
             batch_id,
             plan,
@@ -314,6 +319,7 @@ class ExecutorsMode:
             immediate,
             ordered,
             replay=replay,
+            idle=idle,
         )
 
     def known(self, after: int, upto: int) -> list[int]:

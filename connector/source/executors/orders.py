@@ -111,13 +111,14 @@ def orders_of(
     immediate: frozenset[str] = frozenset(),
     ordered: frozenset[str] = frozenset(),
     replay: bool = False,
+    idle: frozenset[str] = frozenset(),
 ) -> list[SliceOrder]:
-    """Return the orders of ``plan``'s tasks."""
+    """Return the orders of ``plan``'s tasks; none pulls the ``idle`` subscriptions."""
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
     out = []
     for i in range(plan.parts):
-        mine = plan.subscriptions(i, subs)
+        mine = tuple(s for s in plan.subscriptions(i, subs) if s not in idle)
         out.append(
             SliceOrder(
                 batch_id=batch_id,
