@@ -19,14 +19,19 @@ def replay_command(mode: str, storage: str, seed: int) -> str:
     return f"PYTHONHASHSEED=0 PYTHONPATH=tests python -m sim --mode {mode} --storage {storage} --seed {seed} -v"
 
 
-def run_one(mode: str, storage: str, seed: int) -> tuple[int, list[str], float, int]:
+def run_one(mode: str, storage: str, seed: int, paths: bool = False) -> tuple[int, list[str], float, int, set[str]]:
+    """One world: its seed, the checker's problems, real seconds, switches, and (``paths``) the rare paths it ran."""
+    import contextlib
+
     from .checker import check
+    from .paths import resolve, traced
     from .world import simulate
 
     t0 = time.perf_counter()
-    rec = simulate(seed, mode, storage)
+    with traced(resolve()) if paths else contextlib.nullcontext(set()) as ran:
+        rec = simulate(seed, mode, storage)
     verdict = check(rec)
-    return seed, verdict.problems, time.perf_counter() - t0, rec.switches
+    return seed, verdict.problems, time.perf_counter() - t0, rec.switches, set(ran)
 
 
 def digest(rec: object) -> str:
@@ -57,8 +62,10 @@ def _range(spec: str) -> range:
     return range(int(a), int(b))
 
 
-def _sweep(mode: str, storage: str, seeds: range) -> list[tuple[int, list[str], float, int]]:
-    return [run_one(mode, storage, s) for s in seeds]
+def _sweep(
+    mode: str, storage: str, seeds: range, paths: bool = False
+) -> list[tuple[int, list[str], float, int, set[str]]]:
+    return [run_one(mode, storage, s, paths) for s in seeds]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--watch", default="", help="message ids (comma-separated) whose story to print")
     p.add_argument("--twice", action="store_true", help="run each seed of --seeds twice and compare the two worlds")
     p.add_argument("--finding", help="run one pinned finding (tests/sim/findings.py) instead of a drawn world")
+    p.add_argument(
+        "--paths",
+        action="store_true",
+        help="with --seeds: count the worlds that ran each rare path (tests/sim/paths.py)",
+    )
+    p.add_argument("--first", action="store_true", help="with --seeds: stop at the first failing seed (in order)")
     args = p.parse_args(argv)
     if not args.finding and (args.mode is None or args.storage is None or (args.seed is None and args.seeds is None)):
         p.error("--mode, --storage and --seed or --seeds are required (or --finding NAME)")
@@ -110,22 +123,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
-        chunks = [range(s, min(s + 25, seeds.stop)) for s in range(seeds.start, seeds.stop, 25)]
+        step = 5 if args.first else 25
+        chunks = [range(s, min(s + step, seeds.stop)) for s in range(seeds.start, seeds.stop, step)]
         results = []
-        with ProcessPoolExecutor(args.jobs) as pool:
-            for part in pool.map(_sweep, [args.mode] * len(chunks), [args.storage] * len(chunks), chunks):
+        pool = ProcessPoolExecutor(args.jobs)
+        try:
+            futures = [pool.submit(_sweep, args.mode, args.storage, c, args.paths) for c in chunks]
+            for f in futures:  # in order: with --first, the seeds before the first failure all ran
+                part = f.result()
                 results.extend(part)
+                if args.first and any(r[1] for r in part):
+                    break
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    elif args.first:
+        results = []
+        for s in seeds:
+            results.append(run_one(args.mode, args.storage, s, args.paths))
+            if results[-1][1]:
+                break
     else:
-        results = _sweep(args.mode, args.storage, seeds)
-    failed = [(s, probs) for s, probs, _, _ in results if probs]
+        results = _sweep(args.mode, args.storage, seeds, args.paths)
+    failed = [(s, probs) for s, probs, _, _, _ in results if probs]
     for s, probs in failed:
         print(f"seed {s}: {probs[0]}" + (f" (+{len(probs) - 1} more)" if len(probs) > 1 else ""))
         print(f"    replay: {replay_command(args.mode, args.storage, s)}")
     took = time.perf_counter() - t0
+    if args.paths:
+        from .paths import PATHS
+
+        for path in PATHS:
+            if args.mode not in path.modes:
+                continue
+            n = sum(path.name in r[4] for r in results)
+            print(f"{n:6d} {100 * n / len(results):5.1f} %  {path.name}")
     slowest = sorted(results, key=lambda r: -r[2])[:3]
     print(
         f"{len(results)} seeds, {len(failed)} failed, {took:.1f} s ({len(results) / took * 60:.0f} seeds/min); "
-        f"slowest {[(s, round(t, 2), n) for s, _, t, n in slowest]}"
+        f"slowest {[(s, round(t, 2), n) for s, _, t, n, _ in slowest]}"
     )
     return 1 if failed else 0
 

@@ -66,6 +66,10 @@ class Scenario:
     # ``pauses[0]`` seconds on average, each up to ``pauses[1]`` seconds; (0, 0): none. Drawn apart
     # from the rest, as ``stall`` is.
     pauses: tuple[float, float] = (0.0, 0.0)
+    pause_tasks: bool = False  # the pauses fall on task attempts (mid-pull), not on any process
+    # A continuous app is stopped (gracefully or not) after this many triggers, traffic still live.
+    stop_after: int | None = None
+    focus: str | None = None  # the rare path the world was drawn to reach (see FOCUSES)
 
     def describe(self) -> str:
         o = {k: v for k, v in self.options.items() if k not in ("emulatorHost",)}
@@ -77,6 +81,9 @@ class Scenario:
             f"kills {self.kills} runner-only {self.runner_only}; pubsub {self.pubsub}; storage {self.storage_terms}; "
             f"spark {self.spark}{f'; threads stall {self.stall * 1000:.0f} ms' if self.stall else ''}"
             f"{f'; a process paused every {self.pauses[0]:.0f} s for up to {self.pauses[1]:.0f} s' if self.pauses[0] else ''}"
+            f"{' (task attempts)' if self.pause_tasks else ''}"
+            f"{f'; apps stopped after {self.stop_after} triggers' if self.stop_after else ''}"
+            f"{f'; focus {self.focus}' if self.focus else ''}"
         )
 
 
@@ -121,7 +128,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
     ]
     runner_only = [rng.random() < 0.3 for _ in kills]
     machine = random.Random(f"machine-{seed}-{mode}-{storage}")
-    return Scenario(
+    sc = Scenario(
         seed=seed,
         mode=mode,
         storage=storage,
@@ -149,6 +156,80 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
         pauses=_pauses(random.Random(f"pauses-{seed}-{mode}-{storage}"), rough),
     )
+    return _focused(sc, random.Random(f"focus-{seed}-{mode}-{storage}"))
+
+
+# Rare recovery paths (tests/sim/paths.py) that drawn worlds reach too seldom by chance; a share of
+# the worlds is drawn to reach one of them (``python -m sim --paths`` counts how often each runs).
+FOCUSES = {
+    "driver": ["small_window", "restart_mid_batch", "stop_mid_stream", "lost_hand_backs"],
+    "executors": [
+        "paused_tasks",
+        "small_window",
+        "restart_mid_batch",
+        "lost_hand_backs",
+        "dead_tasks_available_now",
+        "partial_reads",
+        "listing_lag",
+    ],
+}
+FOCUSED_SHARE = 0.5
+
+
+def _focused(sc: Scenario, rng: random.Random) -> Scenario:
+    """``sc``, changed so that it reaches one rare path, in :data:`FOCUSED_SHARE` of the worlds."""
+    if rng.random() >= FOCUSED_SHARE:
+        return sc
+    focus = rng.choice(FOCUSES[sc.mode])
+    options = dict(sc.options)
+    changes: dict[str, Any] = {"focus": focus, "rough": max(sc.rough, 0.5)}
+    if focus == "paused_tasks":
+        # A task attempt paused mid-pull past its leases' proof: what it holds must go back.
+        changes.update(pauses=(rng.choice([2.0, 5.0]), rng.choice([6.0, 12.0])), pause_tasks=True, sub_deadline=10)
+        changes.update(backlog=max(sc.backlog, 150))
+    elif focus == "small_window":
+        # Trigger.AvailableNow on a live topic with little room: later messages fill it.
+        options["maxOutstandingMessages"] = str(rng.choice([15, 40]))
+        changes.update(trigger="available_now", backlog=max(sc.backlog, 40), live=max(sc.live, 60))
+        changes.update(
+            live_seconds=rng.uniform(10.0, 30.0), spark=replace(sc.spark, version=rng.choice(["4.2", "4.3"]))
+        )
+        options.pop("maxMessagesPerTrigger", None)
+    elif focus == "restart_mid_batch":
+        # The driver dies between the sink's write and the commit log: the batch is replayed.
+        changes.update(spark=replace(sc.spark, die_after_sink=rng.choice([0.05, 0.2]), first_write=rng.random() < 0.5))
+        changes.update(backlog=max(sc.backlog, 40))
+    elif focus == "stop_mid_stream":
+        # Apps stopped while traffic is live: Pulls in flight answer while the reader stops.
+        changes.update(trigger="continuous", stop_after=rng.choice([3, 10]), live=max(sc.live, 100))
+        changes.update(live_seconds=rng.uniform(10.0, 40.0))
+    elif focus == "lost_hand_backs":
+        # Hand-backs lost or answered late in AvailableNow runs: the leases they leave are waited out.
+        pubsub = replace(sc.pubsub, ack_dropped=rng.choice([0.05, 0.15]), ack_late=rng.choice([0.05, 0.15]))
+        options["maxOutstandingMessages"] = str(rng.choice([15, 40]))
+        changes.update(
+            pubsub=pubsub, trigger="available_now", live=max(sc.live, 60), live_seconds=rng.uniform(5.0, 20.0)
+        )
+        changes.update(spark=replace(sc.spark, version=rng.choice(["4.2", "4.3"])))
+        options.pop("maxMessagesPerTrigger", None)
+    elif focus == "dead_tasks_available_now":
+        # Task attempts lost mid-pull in AvailableNow runs: the leases they held are waited out.
+        changes.update(
+            trigger="available_now", spark=replace(sc.spark, version=rng.choice(["4.2", "4.3"]), task_loss=0.3)
+        )
+        changes.update(backlog=max(sc.backlog, 40))
+        options.pop("maxMessagesPerTrigger", None)
+    elif focus == "partial_reads":
+        # Sinks that read part of a batch, speculative copies: slices recorded and never registered.
+        changes.update(spark=replace(sc.spark, partial_read=0.5, speculation=0.3, task_loss=0.1))
+        changes.update(backlog=max(sc.backlog, 40))
+    elif focus == "listing_lag":
+        # A shared file system's listing lags and the query restarts: plans read by their exact name.
+        if sc.storage == "posix":
+            changes.update(storage_terms=replace(sc.storage_terms, list_lag=3.0))
+        changes.update(spark=replace(sc.spark, die_after_sink=0.3), kills=[rng.randint(5, 60) for _ in range(2)])
+        changes.update(runner_only=[rng.random() < 0.5 for _ in range(2)], backlog=max(sc.backlog, 40))
+    return replace(sc, options=options, **changes)
 
 
 def _pauses(rng: random.Random, rough: float) -> tuple[float, float]:
@@ -509,8 +590,9 @@ MAX_VIRTUAL_SECONDS = 1500.0
 PAUSES_UNTIL_SECONDS = 300.0
 IDLE_GIVE_UP_SECONDS = 300.0  # nothing new in the sink this long, with messages missing: stop and report
 LINGER_SECONDS = 20.0  # a continuous query goes on this long after everything reached the sink
-# A sink that fails batches is fixed after this many runs of the query (as its user would): a world
-# of one-message batches would otherwise restart more often than it progresses, and never converge.
+# A sink that fails batches, or a driver that dies after the sink's writes, is fixed after this many
+# runs of the query (as its user would): a world of one-message batches would otherwise restart more
+# often than it progresses, and never converge.
 SINK_FIXED_AFTER_RUNS = 8
 
 
@@ -653,7 +735,11 @@ def simulate(
         idle_since = sched.now
         have = len(reached())
         done_at: float | None = None
+        triggers = 0
         while True:
+            triggers += 1
+            if sc.stop_after is not None and triggers > sc.stop_after and state["publishing"]:
+                return  # stopped while traffic is live (Scenario.stop_after)
             if done_at is None and not state["publishing"] and all_ids() <= reached():
                 # Everything is in the sink: go on a while, so that what Pub/Sub delivers again
                 # late (after an acknowledgement) has its chance to be yielded twice.
@@ -681,6 +767,10 @@ def simulate(
         while sched.now < PAUSES_UNTIL_SECONDS:
             sched.sleep(prng.expovariate(1.0 / every))
             live = [p for a in apps if a.alive() for p in a.processes() if p.alive]
+            if sc.pause_tasks:
+                live = [
+                    p for a in apps if a.alive() for p in a.workers if p.alive and any(t.is_alive() for t in p.threads)
+                ]
             if live:
                 p = prng.choice(live)
                 seconds = prng.uniform(0.5, longest)
@@ -701,7 +791,7 @@ def simulate(
             app = SparkApp(
                 sched,
                 spark_rng,
-                sc.spark if k < SINK_FIXED_AFTER_RUNS else replace(sc.spark, sink_fails=0.0),
+                sc.spark if k < SINK_FIXED_AFTER_RUNS else replace(sc.spark, sink_fails=0.0, die_after_sink=0.0),
                 logs,
                 sink,
                 functools.partial(make_reader, sc.partitions[k % len(sc.partitions)]),
