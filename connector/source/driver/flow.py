@@ -20,8 +20,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, replace
 
-MAX_PULL_MESSAGES = 1000  # Pub/Sub's own cap per Pull
-FIRST_PULL_MESSAGES = 10  # before any message size is known
+from ..pubsub.pull import FIRST_PULL_MESSAGES, MAX_PULL_MESSAGES
+
 SIZE_MEMORY = 8  # the byte estimate is the largest message of the last N Pulls
 
 

@@ -22,8 +22,8 @@ import pyarrow as pa
 from .. import wire
 from ..core.mode import Limits
 from ..metrics import Counters
-from ..pubsub.acknowledgements import UNPROVEN_MEMORY_SECONDS
 from ..pubsub.chunks import Chunk, sizes_of
+from ..pubsub.drained import UNAVAILABLE_LIMIT_SECONDS
 from ..pubsub.subscription import ReceiverError
 from ..state.ledger import BATCH_SCHEMA, Ledger, Recovered, StateDirError
 from .handoff import BatchServer, Ticket
@@ -39,7 +39,6 @@ FIRST_FILL_SECONDS = 20.0  # the first batch of a process waits at most this lon
 # (see first_latest): long enough that the batch more it makes (Spark's fixed cost of a batch,
 # 0.2-0.4 s here) is paid for by the pulling it overlaps.
 FIRST_LINGER_SECONDS = 0.5
-AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 
 
 @dataclass
@@ -105,10 +104,7 @@ class DriverMode:
                 chunks = _chunks_of(table)
                 receiver.adopt(chunks)
                 self._recovered[bid] = (table, chunks)
-            for sub, mids, expires_in in recovered.remembered:
-                receiver.remember(sub, mids, expires_in)
-            for sub, pairs in recovered.unconfirmed:
-                receiver.remember(sub, [m for m, _ in pairs], UNPROVEN_MEMORY_SECONDS)
+            receiver.holding.recover(recovered.remembered, recovered.unconfirmed, recovered.leased_until)
             if recovered.pending:
                 log.info(
                     "stateDir holds %d planned batch(es) not known to be committed: %s",
@@ -117,13 +113,7 @@ class DriverMode:
                 )
         if self._cutoff is not None:
             receiver.set_cutoff(self._cutoff[0])
-        if recovered is not None and recovered.leased_until > time.time():
-            receiver.wait_out(recovered.leased_until)
         receiver.start()
-        if recovered is not None:
-            assert receiver.acks is not None
-            for sub, pairs in recovered.unconfirmed:
-                receiver.acks.resend(sub, pairs)
         self._ledger = ledger
         self._receiver = receiver
         if opts.batchTransfer == "fetch":
@@ -209,9 +199,9 @@ class DriverMode:
                     )
                 continue
             receiver.raise_if_failed()
-            if receiver.unavailable_for() > AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:
+            if receiver.unavailable_for() > UNAVAILABLE_LIMIT_SECONDS:
                 raise ReceiverError(
-                    f"Pub/Sub has been unavailable for {AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:.0f} s while "
+                    f"Pub/Sub has been unavailable for {UNAVAILABLE_LIMIT_SECONDS:.0f} s while "
                     "Trigger.AvailableNow was draining the backlog; nothing was acknowledged that Spark did not commit"
                 )
         return not receiver.has_buffered()

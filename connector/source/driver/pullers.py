@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..pubsub.concurrency import START, cpu_seconds
+from ..pubsub.pull import PULL_TIMEOUT_SECONDS
 from ..transport import Backoff, Rpc, is_transient
 from .flow import FlowControl
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("crdb_pubsub.receiver")
 
-PULL_TIMEOUT_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 5.0
 # At first; more where the round trip is long (..pubsub.concurrency).
 PULLERS_PER_SUBSCRIPTION = START

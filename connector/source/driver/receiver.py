@@ -32,12 +32,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..metrics import Counters
-from ..pubsub.acker import ACK, NACK, Acker, Job
+from ..pubsub.acker import ACK, Acker, Job
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements, Answered
 from ..pubsub.chunks import BUFFERED, DONE, LATER, SEALED, Chunk, sizes_of, total
 from ..pubsub.concurrency import Concurrency
 from ..pubsub.drained import Answer, Drain
 from ..pubsub.held import Held
+from ..pubsub.holding import Holding
 from ..pubsub.leaser import Leaser
 from ..pubsub.remembered import Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
@@ -83,23 +84,21 @@ class Receiver:
         self.counters = counters or Counters()
         self.flow = FlowControl(max_messages, max_bytes, pullers=len(self._subs) * PULLERS_PER_SUBSCRIPTION)
         self._concurrency = {s: Concurrency(PULLERS_PER_SUBSCRIPTION, clock()) for s in self._subs}
-        self.remembered = Remembered(on_evicted=lambda n: self.counters.add("rememberedEvicted", n), clock=clock)
-        self.acker = Acker(rpc)
-        self.acks: Acknowledgements | None = None  # once the subscriptions are open
-        self.leaser = Leaser(
-            self._renew,
-            lease_seconds=lease_seconds,
-            max_lease_seconds=max_lease_seconds,
-            on_given_up=lambda n: self.counters.add("leasesExpired", n),
-            on_extended=lambda n: self.counters.add("leasesExtended", n),
-            on_released=self._on_released,
-            clock=clock,
-        )
         self._stopping = threading.Event()
         self._pullers: list[Puller] = []
         self._info: dict[str, Subscription] = {}
 
         self._cond = threading.Condition()
+        # Leases, acknowledgements, hand-backs and the evidence that a subscription is drained
+        # (its slots are the pullers), as both modes hold messages; under this receiver's lock.
+        self.holding = Holding(
+            rpc,
+            self.counters,
+            self._cond,
+            lease_seconds=lease_seconds,
+            max_lease_seconds=max_lease_seconds,
+            clock=clock,
+        )
         self._held = Held(self._subs)
         self._buffer: deque[Chunk] = deque()
         # Messages in the buffer, kept as it changes: the mode's wait predicates read it at every
@@ -107,10 +106,6 @@ class Receiver:
         self._buffered = 0
         self._later: list[Chunk] = []
         self._live: dict[Chunk, None] = {}  # every chunk held (not done), in the order received
-        # Whether the subscriptions delivered what was published until an AvailableNow cutoff
-        # (one rule for both modes: ..pubsub.drained); its slots are the pullers. The ack
-        # deadlines are filled in when the subscriptions are opened.
-        self._drain = Drain({})
         self._cutoff_us: int | None = None  # AvailableNow: later messages are held apart
         self._cutoff_at = 0.0  # monotonic time the cutoff was set: only Pulls sent since count
         self._ended = False  # the AvailableNow run ended: nothing more is pulled
@@ -135,24 +130,34 @@ class Receiver:
             self._info[sub] = open_subscription(
                 self._rpc, sub, topic, subscription_filter, lease_seconds=self._lease_seconds, endpoint=self._endpoint
             )
-        self._drain = Drain({s: float(i.ack_deadline) for s, i in self._info.items()})
-        self.acks = Acknowledgements(
-            self.acker,
-            self.remembered,
-            self.counters,
-            exactly_once={s for s, i in self._info.items() if i.exactly_once},
-            proven_memory=PROVEN_MEMORY_SECONDS,
-            unproven_memory=UNPROVEN_MEMORY_SECONDS,
-            on_unproven=self._on_unproven,
-            clock=self._clock,
-        )
+        self.holding.open(self._info, proven_memory=PROVEN_MEMORY_SECONDS, unproven_memory=UNPROVEN_MEMORY_SECONDS)
+
+    # The shared parts, by name (the mode and the tests reach them here).
+    @property
+    def acker(self) -> Acker:
+        return self.holding.acker
+
+    @property
+    def leaser(self) -> Leaser:
+        return self.holding.leaser
+
+    @property
+    def remembered(self) -> Remembered:
+        return self.holding.remembered
+
+    @property
+    def acks(self) -> Acknowledgements | None:
+        return self.holding.acks
+
+    @property
+    def _drain(self) -> Drain:
+        return self.holding.drain
 
     def start(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
         """Start pulling (opening the subscriptions first unless :meth:`open` did)."""
         if self.acks is None:
             self.open(create_on_topics=create_on_topics, subscription_filter=subscription_filter)
-        self.acker.start()
-        self.leaser.start()
+        self.holding.start()
         for sub in self._subs:
             for i in range(PULLERS_PER_SUBSCRIPTION):
                 p = Puller(self, self._rpc, self.flow, sub, i, self._stopping)
@@ -187,8 +192,7 @@ class Receiver:
             with self._cond:
                 chunks = list(self._live)
             self._hand_back(chunks, total=max(0.5, end - self._clock()), on_done=lambda r: failed.append(len(r.failed)))
-        flushed = self.acker.flush(max(0.0, end - self._clock()))
-        self.acker.stop()
+        _, flushed = self.holding.stop(max(0.0, end - self._clock()))
         with self._cond:
             still_held = bool(self._live)
         if renewing or any(p.thread.is_alive() for p in pullers) or not flushed or any(failed) or still_held:
@@ -260,33 +264,6 @@ class Receiver:
         with self._cond:
             self._drain.leased_at(sub, sent.at + timeout)
 
-    def _on_unproven(self, sub: str) -> None:
-        # An acknowledgement not proven may leave its message leased (holding an ordered key's
-        # next messages back) for an ack deadline.
-        with self._cond:
-            self._drain.leased_at(sub, self._clock())
-
-    def wait_out(self, leased_until: float) -> None:
-        """Wait out what an earlier process leased: it may be held by nobody until wall time ``leased_until``.
-
-        No later than a lease from now: it renewed its leases at most ``lease_seconds`` ahead (a
-        renewal it sent last acting up to its deadline later), and a Pull it had in flight leased
-        its answer for the subscription's ack deadline (``inf``: it crashed, that is as long as it
-        can be). Until then no empty answer proves a subscription drained.
-        """
-        from ..transport import MODIFY_DEADLINE
-        from .pullers import PULL_TIMEOUT_SECONDS
-
-        now, wall = self._clock(), time.time()
-        with self._cond:
-            for sub in self._subs:
-                info = self._info.get(sub)
-                deadline = info.ack_deadline if info else self._lease_seconds
-                longest = max(self._lease_seconds + MODIFY_DEADLINE.total, deadline + PULL_TIMEOUT_SECONDS)
-                left = min(leased_until - wall, longest)
-                if left > 0:
-                    self._drain.shadow(sub, now + left)
-
     def accept(
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None
     ) -> int:
@@ -305,19 +282,10 @@ class Receiver:
             self._answer(sub, puller, sent, None)
             return 0
         if self._stopping.is_set():
+            # Handed back at once: a hand-back that fails leaves them leased to nobody for a
+            # deadline, which the next process waits out (shutdown reports it).
             self.flow.cancel(reservation)
-            try:
-                # The transport reports a lost request per ack id, not by raising.
-                failed = self._rpc.modify_ack_deadline(sub, ack_ids, 0, total=2.0).failed
-                why = next(iter(failed.values()), None)
-            except Exception as exc:  # noqa: BLE001 - what follows is the whole answer to it
-                failed, why = dict.fromkeys(ack_ids, ""), str(exc)
-            if failed:
-                # Not known to be handed back: leased to nobody for a deadline from their answer,
-                # which the next process waits out (shutdown reports it).
-                log.warning("handing back %d message(s) of %s pulled while stopping failed: %s", len(failed), sub, why)
-                with self._cond:
-                    self._drain.leased_at(sub, now)
+            self.holding.hand_back_ids(sub, ack_ids, total=2.0)
             return 0
         new: list[Chunk] = []
         oldest_in_answer = int(numbers(batch.column(2)).min())
@@ -420,9 +388,6 @@ class Receiver:
         with self._cond:
             self._drain.answered(sub, puller, Answer(sent.at, oldest_new_us, sent.outstanding))
             self._cond.notify_all()
-
-    def _renew(self, sub: str, ack_ids: list[str], seconds: int) -> AckResult:
-        return self._rpc.modify_ack_deadline(sub, ack_ids, seconds)
 
     def fail(self, exc: BaseException, sub: str) -> None:
         log.error("pulling %s failed for good: %s", sub, exc)
@@ -546,11 +511,6 @@ class Receiver:
         m, b = total(chunks)
         self.flow.release(m, b)
 
-    def _on_released(self, chunks: list[Chunk]) -> None:
-        # The renewal these waited for landed: hand them back now, and only now free their room.
-        self._nack(chunks)
-        self._give_room(chunks)
-
     def _hand_back(
         self, chunks: Iterable[Chunk], total: float | None = None, on_done: Callable[[AckResult], None] | None = None
     ) -> int:
@@ -559,48 +519,10 @@ class Receiver:
             # Published after the cutoff, they hold back only their keys' later messages (see sending).
             holds_keys = any(c.state != LATER for c in chunks)
             live = self._retire_locked(chunks)
-        # Those whose hand-back waits for a renewal in flight follow when it landed (_on_released),
-        # still held, their room kept, until then.
-        waiting = set(self.leaser.discard(live, handing_back=True))
-        ready = [c for c in live if c not in waiting] if waiting else live
-        self._nack(ready, total, on_done, holds_keys=holds_keys)
-        # Their room is given back once their hand-back is queued, not before: a puller given it in
-        # between would hold more than maxOutstandingMessages while this thread is off the CPU.
-        self._give_room(ready)
-        n = sum(len(c) for c in live)
-        self.counters.add("handedBack", n)
-        return n
-
-    def _nack(
-        self,
-        chunks: list[Chunk],
-        total: float | None = None,
-        on_done: Callable[[AckResult], None] | None = None,
-        *,
-        holds_keys: bool = True,
-    ) -> None:
-        by_sub: dict[str, list[Chunk]] = {}
-        for c in chunks:
-            by_sub.setdefault(c.sub, []).append(c)
-        for sub, cs in by_sub.items():
-            ids = [a for c in cs for a in c.fresh_ack_ids()]
-            done = self._on_handed_back(sub, self.leaser.leased_until(cs), on_done)
-            self.acker.submit(Job(NACK, sub, ids, on_done=done, total=total, holds_keys=holds_keys))
-
-    def _on_handed_back(
-        self, sub: str, lease_until: float, then: Callable[[AckResult], None] | None
-    ) -> Callable[[AckResult], None]:
-        def done(result: AckResult) -> None:
-            if result.failed:
-                # Not known to be handed back: leased to nobody until the last lease the leaser
-                # asked for (up to lease_seconds, often longer than the ack deadline), which the
-                # next process waits out too (shutdown reports it).
-                with self._cond:
-                    self._drain.handed_back(sub, result.failed, lease_until, self._clock())
-            if then is not None:
-                then(result)
-
-        return done
+        # Their room is given back once their hand-back is queued (those a renewal is in flight for
+        # stay held until it landed): a puller given it before would hold more than
+        # maxOutstandingMessages while this thread is off the CPU.
+        return self.holding.hand_back(live, queued=self._give_room, holds_keys=holds_keys, total=total, on_done=on_done)
 
     def adopt(self, chunks: Sequence[Chunk]) -> None:
         """Hold messages recovered from an earlier process, as part of a planned batch.
@@ -626,11 +548,6 @@ class Receiver:
                 self._buffer.append(c)
                 self._buffered += len(c)
             self._cond.notify_all()
-
-    def remember(self, sub: str, message_ids: Sequence[str], expires_in: float) -> None:
-        """Treat these messages as acknowledged for ``expires_in`` more seconds (recovered state)."""
-        if expires_in > 0:
-            self.remembered.add(sub, message_ids, self._clock() + expires_in)
 
     # ------------------------------------------------------------------ AvailableNow and first fill
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,8 +40,9 @@ from ..metrics import Counters
 from ..pubsub.acker import NACK, Acker, Job
 from ..pubsub.acknowledgements import PROVEN_MEMORY_SECONDS, UNPROVEN_MEMORY_SECONDS, Acknowledgements
 from ..pubsub.chunks import DONE, Chunk, total
-from ..pubsub.drained import Answer, Drain
+from ..pubsub.drained import UNAVAILABLE_LIMIT_SECONDS, Answer, Drain
 from ..pubsub.leaser import Leaser
+from ..pubsub.pull import PULL_TIMEOUT_SECONDS
 from ..pubsub.remembered import IdSet, Remembered
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
@@ -50,7 +51,6 @@ from ..wire import mask, numbers
 from .orders import Plan, SliceOrder, longest_lease, orders_of
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
-from .task import PULL_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..options import SourceOptions
@@ -60,7 +60,6 @@ log = logging.getLogger("crdb_pubsub.executors")
 SCAN_SECONDS = 0.5
 ORDERS_WAIT_SECONDS = 2.0  # for the previous batch's acknowledgements to be answered
 CLOCK_SKEW_SECONDS = 1.0  # between a task's host and the driver's, when a task's wall times are read
-AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS = 120.0
 EMPTY_BATCH_PAUSE_SECONDS = 1.0  # AvailableNow: between empty batches while a shadow lasts
 
 
@@ -210,13 +209,9 @@ class ExecutorsMode:
     def check(self) -> None:
         """Fail an AvailableNow run that the tasks found Pub/Sub unreachable for too long."""
         since = self._unavailable_since
-        if (
-            self._cutoff_us is not None
-            and since is not None
-            and time.time() - since > AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS
-        ):
+        if self._cutoff_us is not None and since is not None and time.time() - since > UNAVAILABLE_LIMIT_SECONDS:
             raise ReceiverError(
-                f"Pub/Sub has been unavailable to the tasks for {AVAILABLE_NOW_UNAVAILABLE_LIMIT_SECONDS:.0f} s "
+                f"Pub/Sub has been unavailable to the tasks for {UNAVAILABLE_LIMIT_SECONDS:.0f} s "
                 "while Trigger.AvailableNow was draining the backlog; nothing was acknowledged that Spark did not "
                 "commit"
             )
@@ -662,7 +657,7 @@ class ExecutorsMode:
 
         return done
 
-    def _on_unproven(self, sub: str) -> None:
+    def _on_unproven(self, sub: str, chunks: Sequence[Chunk]) -> None:
         # An acknowledgement not proven may leave its message leased, holding an ordered key's
         # next messages back until the lease lapses: no empty answer before then proves "drained".
         with self._lock:

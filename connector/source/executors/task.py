@@ -49,6 +49,7 @@ from ..pubsub.chunks import DONE, Chunk
 from ..pubsub.concurrency import START, Concurrency, cpu_seconds
 from ..pubsub.held import Held
 from ..pubsub.leaser import Leaser
+from ..pubsub.pull import FIRST_PULL_MESSAGES, MAX_PULL_MESSAGES, PULL_TIMEOUT_SECONDS
 from ..storage import Storage, open_storage
 from ..storage.lease import Lease
 from ..transport import MODIFY_DEADLINE, Backoff, Rpc, group_by_subscription, is_transient, rpc_for
@@ -72,10 +73,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("crdb_pubsub.task")
 
-MAX_PER_PULL = 1000  # Pub/Sub's own bound on one Pull
-FIRST_PULL_MESSAGES = 10  # before any message size is known (as the driver's flow control)
 MAX_MESSAGE_BYTES = 10 << 20  # Pub/Sub's largest message
-PULL_TIMEOUT_SECONDS = 2.0
 RECORD_MARGIN_SECONDS = 1.0  # a recorded message's lease must be proven alive at least this much longer
 
 
@@ -247,7 +245,7 @@ class _Pulled:
             # Less than one message of the largest size fits the bytes: one more, alone (the
             # soft bound), or the answers in flight first.
             return 0 if asked else 1
-        return min(free, -(-fits // pulls), MAX_PER_PULL)
+        return min(free, -(-fits // pulls), MAX_PULL_MESSAGES)
 
     def accept(self, sub: str, response: Any, sent_mono: float, sent_wall: float) -> bool:
         """Keep one answer's messages; False when ``sub`` has nothing (more) for this slice."""
@@ -532,7 +530,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
                 done.latency,
                 service,
                 messages,
-                held_back=done.asked < MAX_PER_PULL and not done.probe,
+                held_back=done.asked < MAX_PULL_MESSAGES and not done.probe,
             )
         out.extend_new()
     finally:

@@ -47,7 +47,7 @@ of those not proven."""
 class Acknowledgements:
     """Sends acknowledgements through one :class:`Acker` and sorts the answers by the one rule.
 
-    ``on_unproven(sub)`` learns that some acknowledgement on ``sub`` was not proven (its message
+    ``on_unproven(sub, chunks)`` learns that some acknowledgement on ``sub`` of ``chunks`` was not proven (its message
     may still be leased, holding an ordered key's next messages back).
 
     Thread-safe: answers arrive on the acker's thread; :class:`.Remembered` has its own lock, and
@@ -63,7 +63,7 @@ class Acknowledgements:
         exactly_once: set[str],
         proven_memory: float,
         unproven_memory: float,
-        on_unproven: Callable[[str], None] | None = None,
+        on_unproven: Callable[[str, Sequence[Chunk]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.acker = acker
@@ -150,7 +150,7 @@ class Acknowledgements:
             if unproven:
                 self.remembered.add(sub, [m for _, m, _ in unproven], answered + self._unproven_memory)
                 if self._on_unproven is not None:
-                    self._on_unproven(sub)
+                    self._on_unproven(sub, chunks)
             if not self._proven_memory:
                 self.remembered.forget(sub, gen)
             commit.done(unproven)

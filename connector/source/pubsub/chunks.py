@@ -185,6 +185,14 @@ def sizes_of(batch: pa.RecordBatch) -> tuple[int, int]:
     return int(lengths.sum()), int(lengths.max())
 
 
+def by_subscription(chunks: Iterable[Chunk]) -> dict[str, list[Chunk]]:
+    """``chunks`` by subscription, in their order."""
+    out: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        out.setdefault(c.sub, []).append(c)
+    return out
+
+
 def total(chunks: Iterable[Chunk]) -> tuple[int, int]:
     """(messages, bytes) of ``chunks``."""
     m = b = 0

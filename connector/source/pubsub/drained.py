@@ -26,6 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+# An AvailableNow run fails once Pub/Sub has been unreachable this long (its Pulls or its tasks'):
+# no evidence can come, and nothing is acknowledged that Spark did not commit.
+UNAVAILABLE_LIMIT_SECONDS = 120.0
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -67,6 +71,10 @@ class Drain:
         if any(not reason.startswith("PERMANENT_FAILURE") for reason in failed.values()):
             self.shadow(sub, leased_until)
             self.leased_at(sub, now)
+
+    def shadow_of(self, sub: str) -> float:
+        """Return the end of ``sub``'s shadow (0.0: none)."""
+        return self._shadow.get(sub, 0.0)
 
     def shadowed(self, sub: str) -> bool:
         """Whether ``sub`` ever had a shadow (its Pulls are then better asked to return at once)."""

@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from crdb_pubsub.source.driver import Receiver
-from crdb_pubsub.source.driver.flow import FIRST_PULL_MESSAGES, FlowControl
+from crdb_pubsub.source.driver.flow import FlowControl
 from crdb_pubsub.source.pubsub.chunks import Chunk, sizes_of
+from crdb_pubsub.source.pubsub.pull import FIRST_PULL_MESSAGES
 from crdb_pubsub.source.transport import Rpc
 from crdb_pubsub.source.wire import messages_batch
 

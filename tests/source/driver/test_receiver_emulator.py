@@ -94,7 +94,7 @@ def test_redelivery_of_acknowledged_message_is_dropped(emulator_host, make_subsc
     topic, sub = make_subscription(ack_deadline_seconds=10)
     (mid,) = publish(topic, [b"once"])
     r = _receiver(emulator_host, sub)
-    r.remember(sub, [mid], 600)  # as if a previous process had committed it
+    r.holding.recover([(sub, [mid], 600)], [], 0.0)  # as if a previous process had committed it
     r.start()
     try:
         time.sleep(2.0)
