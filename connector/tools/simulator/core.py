@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from .clock import HLC, Clock
+from .debezium import PRODUCERS, DebeziumEncoder, delivered_value
 from .encoding import crdb_json, json_string
 from .messages import OPS, SimMessage, source_schema, struct_schema, validate
 from .publish import PublishReport, delivery_plan, ensure_topics, ordering_enabled, publish_plan
@@ -29,6 +30,12 @@ class ChangefeedSimulator:
     N row changes; 0 = never), ``legacy_wrapper`` (pre-v25.2 sink layout, ordering key = key),
     ``with_table_name_attribute`` (Pub/Sub attribute ``TABLE_NAME``), ``tables`` (subset of
     ``TABLES``), ``mix`` ((insert, update, delete) weights or a dict of them) and ``seed``.
+
+    ``producer`` lays the same changes out as another producer publishes them: ``cockroachdb``
+    (the default, with the options above), ``debezium-postgres``, ``debezium-mysql`` or ``ticdc``
+    (:mod:`crdb_pubsub.tools.simulator.debezium`; the CockroachDB options stay at their defaults,
+    ``resolved_every`` sends TiCDC's watermarks, ``snapshot_rows`` starts a Debezium feed with a
+    snapshot of the rows those first changes leave).
 
     Invalid options raise ``ValueError`` naming the option. In the enriched envelope ``updated``
     and ``mvcc_timestamp`` only show inside ``source`` (as CockroachDB does), so without the
@@ -53,10 +60,15 @@ class ChangefeedSimulator:
         with_table_name_attribute: bool = False,
         tables: Sequence[str] | None = None,
         mix: Sequence[float] | Mapping[str, float] = (0.6, 0.3, 0.1),
+        producer: str = "cockroachdb",
+        snapshot_rows: int = 0,
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed: expected an int, got {seed!r}")
+        _check_producer(producer, snapshot_rows, resolved_every, locals())
         self.seed = seed
+        self.producer = producer
+        self._snapshot_rows = snapshot_rows
         self.options = validate(
             envelope=envelope,
             enriched_properties=enriched_properties,
@@ -98,6 +110,7 @@ class ChangefeedSimulator:
             t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0} for t in self.options.tables
         }
         self._changes_since_resolved = 0
+        self._debezium = DebeziumEncoder(producer, self._clock.now.wall) if producer != "cockroachdb" else None
 
     # ---- topics
     def _base_topic(self, table: str) -> str:
@@ -110,6 +123,8 @@ class ChangefeedSimulator:
         return ((None, t.column_names),)
 
     def _topic(self, table: str, family: str | None) -> str:
+        if self._debezium is not None:
+            return self._debezium.topic(table)
         if self.options.topic_name:
             return self.options.topic_name
         base = self._base_topic(table)
@@ -143,6 +158,8 @@ class ChangefeedSimulator:
         """
         if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 0:
             raise ValueError(f"n_rows: expected an int >= 0, got {n_rows!r}")
+        if self._snapshot_rows and n_rows:
+            yield from self._snapshot()
         for _ in range(n_rows):
             yield from self._one_change()
             self._changes_since_resolved += 1
@@ -151,13 +168,26 @@ class ChangefeedSimulator:
                 self._changes_since_resolved = 0
                 yield from self._resolved(self._clock.now)
 
+    def _snapshot(self) -> Iterator[SimMessage]:
+        """Make the first ``snapshot_rows`` changes unstreamed, then read the rows they leave as a snapshot."""
+        assert self._debezium is not None
+        n, self._snapshot_rows = self._snapshot_rows, 0
+        for _ in range(n):
+            for _message in self._one_change(streamed=False):
+                pass
+        hlc = self._clock.tick()
+        rows = {t: {pk: self._rows[t][pk] for pk in sorted(self._rows[t])} for t in self.options.tables}
+        for msg in self._debezium.snapshot(rows, hlc, hlc.wall + 50_000_000):
+            self._stats[msg.table]["row_messages"] += 1
+            yield msg
+
     def _pick_op(self, table: str) -> str:
         w_ins, w_upd, w_del = self.options.mix
         if not len(self._live[table]):
             return "insert"
         return self._op_rng.choices(OPS, weights=(w_ins, w_upd, w_del))[0]
 
-    def _one_change(self) -> Iterator[SimMessage]:
+    def _one_change(self, streamed: bool = True) -> Iterator[SimMessage]:
         table = self._op_rng.choice(self.options.tables)
         op = self._pick_op(table)
         rows, live = self._rows[table], self._live[table]
@@ -183,7 +213,8 @@ class ChangefeedSimulator:
         stat = {"insert": "inserts", "update": "updates", "delete": "deletes"}[op]
         self._stats[table][stat] += 1
         hlc = self._clock.tick()
-        yield from self._row_messages(table, op, pk, before, after, hlc)
+        if streamed:
+            yield from self._row_messages(table, op, pk, before, after, hlc)
 
     def _new_row(self, table: str) -> dict[str, Any]:
         if table == "users":
@@ -215,6 +246,11 @@ class ChangefeedSimulator:
         key_row = after if after is not None else before
         assert key_row is not None
         ts_ns = hlc.wall + self._meta_rng.randint(5_000_000, 400_000_000)
+        if self._debezium is not None:
+            self._stats[table]["row_messages"] += 1
+            letter = {"insert": "c", "update": "u", "delete": "d"}[op]
+            yield self._debezium.change(table, letter, before, after, hlc, pk, ts_ns)
+            return
         for family, cols in self._families(table):
             if op == "update" and all(before[c] == after[c] for c in cols):  # type: ignore[index]
                 continue  # CockroachDB only sees the column families whose KV changed.
@@ -346,6 +382,11 @@ class ChangefeedSimulator:
         return body.encode("utf-8"), ""
 
     def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
+        if self._debezium is not None:  # TiCDC's watermarks (_check_producer allows no other)
+            for table in self.options.tables:
+                self._stats[table]["resolved"] += 1
+                yield self._debezium.watermark(table, hlc, hlc.wall + 10_000_000)
+            return
         if self.options.envelope == "bare":
             data = (f'{{"__crdb__":{{"resolved":"{hlc}"}}}}').encode()
         else:
@@ -367,8 +408,20 @@ class ChangefeedSimulator:
         others, parsed JSON for JSONB and arrays (JSON numbers: ``int`` or ``Decimal``), ``None``
         for NULL (JSON null in a JSONB column too). With column families the row is whole. Deleted
         rows are absent. The result is a deep copy.
+
+        For another ``producer`` the values are those it delivers
+        (:func:`~crdb_pubsub.tools.simulator.debezium.delivered_value`: a TIMESTAMP is a BIGINT of
+        microseconds; in MySQL and TiDB a non-finite FLOAT is NULL).
         """
-        return _deep_copy(self._rows)
+        if self._debezium is None:
+            return _deep_copy(self._rows)
+        return {
+            table: {
+                pk: {c.name: delivered_value(self.producer, c, row[c.name]) for c in TABLES[table].columns}
+                for pk, row in rows.items()
+            }
+            for table, rows in _deep_copy(self._rows).items()
+        }
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Return the counts per table.
@@ -411,9 +464,10 @@ class ChangefeedSimulator:
             raise ValueError(f"shuffle_window: expected an int >= 0, got {shuffle_window!r}")
         if not isinstance(duplicate_fraction, (int, float)) or not 0.0 <= duplicate_fraction <= 1.0:
             raise ValueError(f"duplicate_fraction: expected 0.0..1.0, got {duplicate_fraction!r}")
-        if self.options.legacy_wrapper and not ordering_enabled(publisher):
+        if self.uses_ordering_keys and not ordering_enabled(publisher):
+            what = "legacy_wrapper" if self.options.legacy_wrapper else "producer"
             raise ValueError(
-                "legacy_wrapper: the publisher must enable message ordering (make_publisher(host, ordering=True))"
+                f"{what}: the publisher must enable message ordering (make_publisher(host, ordering=True))"
             )
         if create_topics:
             ensure_topics(publisher, project, self.topics())
@@ -431,6 +485,11 @@ class ChangefeedSimulator:
         report.stats = self.stats()
         return report
 
+    @property
+    def uses_ordering_keys(self) -> bool:
+        """Whether the messages carry ordering keys (the legacy sink's, Debezium Server's)."""
+        return self.options.legacy_wrapper or self.producer in ("debezium-postgres", "debezium-mysql")
+
     def _stats_total(self) -> int:
         return sum(s["row_messages"] + s["resolved"] for s in self._stats.values())
 
@@ -441,3 +500,39 @@ def _deep_copy(v: Any) -> Any:
     if isinstance(v, list):
         return [_deep_copy(x) for x in v]
     return v  # str, int, Decimal, float, bool and None are immutable
+
+
+_CRDB_ONLY = {
+    "envelope": "wrapped",
+    "enriched_properties": None,
+    "diff": False,
+    "updated": False,
+    "mvcc_timestamp": False,
+    "key_in_value": False,
+    "column_families": False,
+    "full_table_name": False,
+    "topic_name": None,
+    "legacy_wrapper": False,
+    "with_table_name_attribute": False,
+}
+
+
+def _check_producer(producer: str, snapshot_rows: Any, resolved_every: Any, given: Mapping[str, Any]) -> None:
+    """Check ``producer`` and its options: the CockroachDB options are CockroachDB's alone."""
+    if producer not in ("cockroachdb", *PRODUCERS):
+        raise ValueError(f"producer: expected one of {('cockroachdb', *PRODUCERS)}, got {producer!r}")
+    if isinstance(snapshot_rows, bool) or not isinstance(snapshot_rows, int) or snapshot_rows < 0:
+        raise ValueError(f"snapshot_rows: expected an int >= 0, got {snapshot_rows!r}")
+    if producer == "cockroachdb":
+        if snapshot_rows:
+            raise ValueError("snapshot_rows: a Debezium feed's snapshot; CockroachDB's initial scan is not simulated")
+        return
+    for name, default in _CRDB_ONLY.items():
+        if given[name] not in (default, "", ()):
+            raise ValueError(f"{name}: a CockroachDB changefeed option, not for producer={producer!r}")
+    if resolved_every and producer != "ticdc":
+        raise ValueError(
+            f"resolved_every: {producer} sends no resolved timestamps (TiCDC's watermarks: producer='ticdc')"
+        )
+    if snapshot_rows and producer == "ticdc":
+        raise ValueError("snapshot_rows: TiCDC's changefeeds start at a timestamp, without a snapshot")
