@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import random
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 from .clock import HLC, Clock
+from .cockroach import CockroachEncoder
 from .debezium import PRODUCERS, DebeziumEncoder, delivered_value
-from .encoding import crdb_json, json_string
-from .messages import OPS, SimMessage, source_schema, struct_schema, validate
+from .encoding import crdb_json
+from .messages import OPS, SimMessage, validate
 from .publish import PublishReport, delivery_plan, ensure_topics, ordering_enabled, publish_plan
-from .tables import DATABASE, SCHEMA, TABLES, Table
+from .tables import DATABASE, SCHEMA, TABLES
 from .values import Generator, LiveRows
 
 
@@ -110,41 +109,20 @@ class ChangefeedSimulator:
             t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0} for t in self.options.tables
         }
         self._changes_since_resolved = 0
-        self._debezium = DebeziumEncoder(producer, self._clock.now.wall) if producer != "cockroachdb" else None
+        self._debezium = DebeziumEncoder(producer) if producer != "cockroachdb" else None
+        self._crdb = CockroachEncoder(self.options, self._source_static, {t: TABLES[t] for t in self.options.tables})
 
     # ---- topics
-    def _base_topic(self, table: str) -> str:
-        return f"{DATABASE}.{SCHEMA}.{table}" if self.options.full_table_name else table
-
-    def _families(self, table: str) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
-        t = TABLES[table]
-        if self.options.column_families and t.families:
-            return tuple((name, cols) for name, cols in t.families)
-        return ((None, t.column_names),)
-
-    def _topic(self, table: str, family: str | None) -> str:
+    def _topic(self, table: str) -> str:
         if self._debezium is not None:
             return self._debezium.topic(table)
-        if self.options.topic_name:
-            return self.options.topic_name
-        base = self._base_topic(table)
-        return f"{base}.{family}" if family else base
+        return self._crdb.topic(table, None)
 
     def topics(self) -> list[str]:
         """Return the Pub/Sub topic ids this feed publishes to, in table order, without repeats."""
-        out: list[str] = []
-        for table in self.options.tables:
-            for family, _ in self._families(table):
-                topic = self._topic(table, family)
-                if topic not in out:
-                    out.append(topic)
-        return out
-
-    def _topic_tables(self) -> list[tuple[str, str]]:
-        """(topic, table) pairs for resolved messages; table is "" on a shared topic."""
-        if self.options.topic_name:
-            return [(self.options.topic_name, "")]
-        return [(self._topic(t, f), t) for t in self.options.tables for f, _ in self._families(t)]
+        if self._debezium is not None:
+            return [self._debezium.topic(t) for t in self.options.tables]
+        return self._crdb.topics()
 
     # ---- generation
     def events(self, n_rows: int) -> Iterator[SimMessage]:
@@ -177,7 +155,8 @@ class ChangefeedSimulator:
                 pass
         hlc = self._clock.tick()
         rows = {t: {pk: self._rows[t][pk] for pk in sorted(self._rows[t])} for t in self.options.tables}
-        for msg in self._debezium.snapshot(rows, hlc, hlc.wall + 50_000_000):
+        by_table = {TABLES[t]: r for t, r in rows.items()}
+        for msg in self._debezium.snapshot(by_table, hlc, hlc.wall + 50_000_000):
             self._stats[msg.table]["row_messages"] += 1
             yield msg
 
@@ -242,159 +221,30 @@ class ChangefeedSimulator:
     def _row_messages(
         self, table: str, op: str, pk: str, before: dict[str, Any] | None, after: dict[str, Any] | None, hlc: HLC
     ) -> Iterator[SimMessage]:
-        t = TABLES[table]
-        key_row = after if after is not None else before
-        assert key_row is not None
         ts_ns = hlc.wall + self._meta_rng.randint(5_000_000, 400_000_000)
+        letter = {"insert": "c", "update": "u", "delete": "d"}[op]
         if self._debezium is not None:
-            self._stats[table]["row_messages"] += 1
-            letter = {"insert": "c", "update": "u", "delete": "d"}[op]
-            yield self._debezium.change(table, letter, before, after, hlc, pk, ts_ns)
-            return
-        for family, cols in self._families(table):
-            if op == "update" and all(before[c] == after[c] for c in cols):  # type: ignore[index]
-                continue  # CockroachDB only sees the column families whose KV changed.
-            fam_after = None if after is None else {c: after[c] for c in cols}
-            fam_before = None if before is None else {c: before[c] for c in cols}
-            value, key_text = self._encode_value(t, op, key_row, fam_before, fam_after, cols, hlc, ts_ns)
-            topic = self._topic(table, family)
-            data, ordering_key = self._wrap(key_text, value, topic)
-            attrs = {"TABLE_NAME": table} if self.options.with_table_name_attribute else {}
-            self._stats[table]["row_messages"] += 1
-            yield SimMessage(
-                topic,
-                table,
-                data,
-                attrs,
-                ordering_key,
-                "row",
-                {"insert": "c", "update": "u", "delete": "d"}[op],
-                key_text,
-                str(hlc),
-                pk,
+            messages: Iterator[SimMessage] = iter(
+                [self._debezium.change(TABLES[table], letter, before, after, hlc, pk, ts_ns)]
             )
-
-    def _encode_value(
-        self,
-        t: Table,
-        op: str,
-        key_row: Mapping[str, Any],
-        before: dict | None,
-        after: dict | None,
-        cols: tuple[str, ...],
-        hlc: HLC,
-        ts_ns: int,
-    ) -> tuple[Any, str]:
-        o = self.options
-        pk_list = [key_row[c] for c in t.pk]
-        if o.envelope == "wrapped":
-            value: dict[str, Any] = {"after": after}
-            if o.diff:
-                value["before"] = before
-            if o.key_in_value:
-                value["key"] = pk_list
-            if o.updated:
-                value["updated"] = str(hlc)
-            if o.mvcc_timestamp:
-                value["mvcc_timestamp"] = str(hlc)
-            return value, crdb_json(pk_list)
-        if o.envelope == "bare":
-            # A bare delete still names every column: key columns keep their value, the rest null.
-            value = dict(after) if after is not None else {c: (key_row[c] if c in t.pk else None) for c in cols}
-            meta: dict[str, Any] = {}
-            if o.updated:
-                meta["updated"] = str(hlc)
-            if o.mvcc_timestamp:
-                meta["mvcc_timestamp"] = str(hlc)
-            if o.key_in_value:
-                meta["key"] = pk_list
-            if meta:
-                value["__crdb__"] = meta
-            return value, crdb_json(pk_list)
-        return self._encode_enriched(t, op, key_row, before, after, cols, hlc, ts_ns)
-
-    def _encode_enriched(
-        self,
-        t: Table,
-        op: str,
-        key_row: Mapping[str, Any],
-        before: dict | None,
-        after: dict | None,
-        cols: tuple[str, ...],
-        hlc: HLC,
-        ts_ns: int,
-    ) -> tuple[Any, str]:
-        o = self.options
-        key_obj = {c: key_row[c] for c in t.pk}
-        payload: dict[str, Any] = {
-            "after": after,
-            "op": {"insert": "c", "update": "u", "delete": "d"}[op],
-            "ts_ns": ts_ns,
-        }
-        if o.diff:
-            payload["before"] = before
-        if o.key_in_value:
-            payload["key"] = key_obj
-        if "source" in o.enriched_properties:
-            source: dict[str, Any] = dict(self._source_static, primary_keys=list(t.pk), table_name=t.name)
-            if o.updated:
-                source["ts_hlc"] = str(hlc)
-                source["ts_ns"] = hlc.wall
-            if o.mvcc_timestamp:
-                source["mvcc_timestamp"] = str(hlc)
-            payload["source"] = source
-        if "schema" not in o.enriched_properties:
-            return payload, crdb_json(key_obj)
-        col_defs = [t.column(c) for c in cols]
-        key_cols = [t.column(c) for c in t.pk]
-        fields: list[dict[str, Any]] = []
-        if o.diff:
-            fields.append(struct_schema("before", f"{t.name}.before.value", col_defs, True))
-        fields.append(struct_schema("after", f"{t.name}.after.value", col_defs, False))
-        if "source" in o.enriched_properties:
-            fields.append(source_schema())
-        if o.key_in_value:
-            fields.append(struct_schema("key", f"{t.name}.key", key_cols, False))
-        fields += [
-            {"field": "ts_ns", "optional": False, "type": "int64"},
-            {"field": "op", "optional": False, "type": "string"},
-        ]
-        schema = {"fields": fields, "name": "cockroachdb.envelope", "optional": False, "type": "struct"}
-        key = {"payload": key_obj, "schema": struct_schema(None, f"{t.name}.key", key_cols, False)}
-        return {"payload": payload, "schema": schema}, crdb_json(key)
-
-    def _wrap(self, key_text: str, value: Any, topic: str) -> tuple[bytes, str]:
-        """Build the Pub/Sub body and ordering key; both sink generations are built here."""
-        if self.options.legacy_wrapper:
-            # Go's json.Marshal of json.RawMessage fields: compacted, HTML characters escaped.
-            key_c = crdb_json(json.loads(key_text, parse_float=Decimal), compact=True, escape_html=True)
-            body = (
-                '{"key":'
-                + key_c
-                + ',"value":'
-                + crdb_json(value, compact=True, escape_html=True)
-                + ',"topic":'
-                + json_string(topic, True)
-                + "}"
-            )
-            return body.encode("utf-8"), key_text
-        body = '{"Key":' + key_text + ',"Value":' + crdb_json(value) + ',"Topic":' + json_string(topic, True) + "}"
-        return body.encode("utf-8"), ""
+        else:
+            messages = self._crdb.row_messages(TABLES[table], letter, pk, before, after, hlc, ts_ns)
+        for msg in messages:
+            self._stats[table]["row_messages"] += 1
+            yield msg
 
     def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
         if self._debezium is not None:  # TiCDC's watermarks (_check_producer allows no other)
-            for table in self.options.tables:
-                self._stats[table]["resolved"] += 1
-                yield self._debezium.watermark(table, hlc, hlc.wall + 10_000_000)
-            return
-        if self.options.envelope == "bare":
-            data = (f'{{"__crdb__":{{"resolved":"{hlc}"}}}}').encode()
+            messages = [
+                self._debezium.watermark(self._debezium.topic(t), t, hlc, hlc.wall + 10_000_000)
+                for t in self.options.tables
+            ]
         else:
-            data = (f'{{"resolved":"{hlc}"}}').encode()
-        for topic, table in self._topic_tables():
-            for t in [table] if table else self.options.tables:
+            messages = list(self._crdb.resolved(hlc))
+        for msg in messages:
+            for t in [msg.table] if msg.table else self.options.tables:
                 self._stats[t]["resolved"] += 1
-            yield SimMessage(topic, table, data, {}, "", "resolved", "", "", str(hlc), "")
+            yield msg
 
     # ---- results
     def ground_truth(self) -> dict[str, dict[str, dict[str, Any]]]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from .clock import HLC
 from .messages import SimMessage
-from .tables import DATABASE, SCHEMA, TABLES, Column, Table
+from .tables import DATABASE, SCHEMA, Column, Table
 
 __all__ = ["PRODUCERS", "DebeziumEncoder", "debezium_spark_type", "delivered_value"]
 
@@ -139,7 +139,7 @@ def debezium_spark_type(producer: str, col: Column) -> str:
 class DebeziumEncoder:
     """Lays out one producer's messages; keeps its log position."""
 
-    def __init__(self, producer: str, start_wall_ns: int) -> None:
+    def __init__(self, producer: str) -> None:
         if producer not in PRODUCERS:
             raise ValueError(f"producer: expected one of {('cockroachdb', *PRODUCERS)}, got {producer!r}")
         self.producer = producer
@@ -325,7 +325,7 @@ class DebeziumEncoder:
 
     def change(
         self,
-        table: str,
+        t: Table,
         op: str,
         before: Mapping[str, Any] | None,
         after: Mapping[str, Any] | None,
@@ -335,8 +335,8 @@ class DebeziumEncoder:
         snapshot: str = "false",
         place: Mapping[str, Any] | None = None,
     ) -> SimMessage:
-        """One change (``op``: c, u, d, or r with the snapshot's ``place``) as the producer publishes it."""
-        t = TABLES[table]
+        """Return one change (``op``: c, u, d, or r at the snapshot's ``place``) as the producer publishes it."""
+        table = t.name
         place = place if place is not None else self._advance(hlc.wall)
         source = self._source(table, hlc.wall, place, snapshot)
         ts_ms = processed_ns // 1_000_000
@@ -361,19 +361,19 @@ class DebeziumEncoder:
                           _position_text(place), pk)  # fmt: skip
 
     def snapshot(
-        self, rows: Mapping[str, Mapping[str, Mapping[str, Any]]], hlc: HLC, processed_ns: int
+        self, rows: Mapping[Table, Mapping[str, Mapping[str, Any]]], hlc: HLC, processed_ns: int
     ) -> Iterator[SimMessage]:
         """Yield a snapshot of ``rows`` (``{table: {pk: row}}``) at one position: ``op: "r"`` events."""
         place = self._advance(hlc.wall)
         if self.producer == "debezium-postgres":
             place = {**place, "sequence": _compact([None, str(place["lsn"])])}
         items = [(t, pk, row) for t, by_pk in rows.items() for pk, row in by_pk.items()]
-        for i, (table, pk, row) in enumerate(items):
+        for i, (t, pk, row) in enumerate(items):
             mark = "last" if i == len(items) - 1 else ("first" if i == 0 else "true")
-            yield self.change(table, "r", None, row, hlc, pk, processed_ns, snapshot=mark, place=place)
+            yield self.change(t, "r", None, row, hlc, pk, processed_ns, snapshot=mark, place=place)
 
-    def watermark(self, table: str, hlc: HLC, processed_ns: int) -> SimMessage:
-        """TiCDC's WATERMARK event (``op: "m"``) at ``hlc``, to ``table``'s topic."""
+    def watermark(self, topic: str, table: str, hlc: HLC, processed_ns: int) -> SimMessage:
+        """Return TiCDC's WATERMARK event (``op: "m"``) at ``hlc``, to ``topic`` (``table``'s)."""
         ts = (hlc.wall // 1_000_000) << 18
         source = {"version": TICDC_VERSION, "connector": "TiCDC", "name": SERVER, "ts_ms": 0, "snapshot": "false",
                   "db": "", "table": "", "server_id": 0, "gtid": None, "file": "", "pos": 0, "row": 0, "thread": 0,
@@ -383,7 +383,7 @@ class DebeziumEncoder:
         )
         key = _dumps({"payload": {}, "schema": {"fields": [], "optional": False, "name": f"{SERVER}.watermark.Key",
                                                 "type": "struct"}})  # fmt: skip
-        return SimMessage(self.topic(table), table, body.encode(), {"key": key}, "", "resolved", "", "", str(ts), "")
+        return SimMessage(topic, table, body.encode(), {"key": key}, "", "resolved", "", "", str(ts), "")
 
 
 def _position_text(place: Mapping[str, Any]) -> str:
