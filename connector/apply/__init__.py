@@ -53,6 +53,12 @@ Contract
 * **Table routing.** Rows go to the table their ``table_name`` names: the ``TABLE_NAME`` attribute
   (``with_table_name_attribute=true``) first, else the topic. With ``topic_name=`` and no attribute
   every table would land in one state table named after the topic: add the attribute.
+* **Debezium and TiCDC.** Their change events apply with the same promises, ordered by each
+  producer's own log position instead of an HLC (PostgreSQL ``source.sequence``/``lsn``, MySQL
+  binlog ``file``/``pos``/``row``, TiCDC ``commit_ts``; :mod:`~crdb_pubsub.apply.positions`), keyed
+  by the record key from the ordering key, a ``key`` attribute or ``key_columns``
+  (:mod:`~crdb_pubsub.apply.keys`); a truncate tombstones the rows older than it. Events without a
+  position or a key are malformed with the reason (``ts_ms`` is never an order).
 * **Where it runs.** ``foreachBatch`` runs on the driver: the batch is collected there as Arrow
   (bounded by ``maxMessagesPerTrigger``), reduced, and merged by delta-rs. :func:`foreach_batch_merge_into`
   instead runs the same MERGE through Spark SQL on a catalog table (Delta/Iceberg on Dataproc or
