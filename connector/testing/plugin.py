@@ -84,7 +84,7 @@ def pubsub_emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorHandle]:
 
 @pytest.fixture
 def pubsub_subscription(pubsub_emulator: EmulatorHandle) -> Callable[..., tuple[str, str]]:
-    """``pubsub_subscription(ack_deadline_seconds=10) -> (topic_path, subscription_path)``, new names each call."""
+    """``pubsub_subscription(ack_deadline_seconds=10, ordering=False) -> (topic, subscription)``: new names each call."""
     from crdb_pubsub.emulator import create_topic_and_subscription
 
     def make(ack_deadline_seconds: int = 10, *, ordering: bool = False) -> tuple[str, str]:
