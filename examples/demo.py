@@ -43,6 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--rate", type=float, default=500.0, help="messages per second to publish with --forever (default 500)"
     )
     ap.add_argument("--envelope", default="wrapped", choices=["wrapped", "enriched"])
+    ap.add_argument(
+        "--producer",
+        default="cockroachdb",
+        choices=["cockroachdb", "debezium-postgres", "debezium-mysql", "ticdc"],
+        help="who publishes the changes (default cockroachdb; the Debezium road: debezium-postgres, "
+        "debezium-mysql through Debezium Server's Pub/Sub sink, ticdc through Kafka)",
+    )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--shuffle-window", type=int, default=50, help="out-of-order delivery window (default 50)")
     ap.add_argument("--duplicate-fraction", type=float, default=0.02, help="re-emitted duplicates (default 0.02)")
@@ -127,6 +134,25 @@ class Publisher(threading.Thread):
             self.error = exc
 
 
+def _simulator(args: argparse.Namespace, simulator):
+    """The traffic: CockroachDB's (WITH updated, diff or enriched) or another producer's."""
+    if args.producer != "cockroachdb":
+        # Debezium's feeds start with a snapshot of the rows already there; TiCDC sends watermarks.
+        snapshot = 0 if args.producer == "ticdc" else 200
+        resolved = 100 if args.producer == "ticdc" else 0
+        return simulator(
+            seed=args.seed,
+            producer=args.producer,
+            snapshot_rows=snapshot,
+            resolved_every=resolved,
+            mix=(0.5, 0.35, 0.15),
+        )
+    kw = {"enriched_properties": "source"} if args.envelope == "enriched" else {"diff": True}
+    return simulator(
+        seed=args.seed, envelope=args.envelope, updated=True, resolved_every=100, mix=(0.5, 0.35, 0.15), **kw
+    )
+
+
 def source_metrics(query) -> dict:
     p = query.lastProgress
     if p and p["sources"] and p["sources"][0].get("latestOffset"):
@@ -156,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     with emulator(project=PROJECT) as host_port, tempfile.TemporaryDirectory(prefix="crdb-pubsub-demo-") as tmp:
         state_dir = args.state_dir or os.path.join(tmp, "state")
         print(f"\n==> Pub/Sub emulator at {host_port}")
-        kw = {"enriched_properties": "source"} if args.envelope == "enriched" else {"diff": True}
-        sim = ChangefeedSimulator(
-            seed=args.seed, envelope=args.envelope, updated=True, resolved_every=100, mix=(0.5, 0.35, 0.15), **kw
-        )
+        sim = _simulator(args, ChangefeedSimulator)
         subs = []
         for topic in sim.topics():
             _, sub = create_topic_and_subscription(host_port, PROJECT, topic, f"{topic}-spark", exist_ok=True)
@@ -181,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         crdb_pubsub.register(spark)
 
-        schemas = spark_schemas()
+        schemas = spark_schemas(producer=args.producer)
         totals = Totals()
         changes = (
             spark.readStream.format("crdb_pubsub")
@@ -197,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             .trigger(processingTime=f"{args.trigger_seconds} seconds")
             .start()
         )
-        publisher = make_publisher(host_port)
+        publisher = make_publisher(host_port, ordering=sim.uses_ordering_keys)
         pub = Publisher(
             sim, publisher, args.rows, args.rate, args.forever, args.shuffle_window, args.duplicate_fraction
         )
@@ -303,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         if "users" in totals.tables:
             print(
                 f"A few rows of the users Delta table {os.path.join(state_dir, 'users')} "
-                "(typed: balance is DECIMAL(12,2)):"
+                f"(from {args.producer}; typed: balance is DECIMAL(12,2)):"
             )
             read_state(state_dir, "users", spark=spark).select("id", "city", "name", "balance", "created_at").orderBy(
                 "id"
@@ -317,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
                 for p in problems:
                     print("   ", p)
             else:
-                print("state == simulator ground truth: OK")
+                print(
+                    "state == simulator ground truth: OK"
+                    + ("" if args.producer == "cockroachdb" else f" ({args.producer})")
+                )
         spark.stop()
     print(f"==> done in {time.monotonic() - t_spark:.0f} s after Spark started: emulator stopped, Spark stopped")
     return 0 if ok else 1

@@ -53,6 +53,12 @@ Contract
 * **Table routing.** Rows go to the table their ``table_name`` names: the ``TABLE_NAME`` attribute
   (``with_table_name_attribute=true``) first, else the topic. With ``topic_name=`` and no attribute
   every table would land in one state table named after the topic: add the attribute.
+* **Debezium and TiCDC.** Their change events apply with the same promises, ordered by each
+  producer's own log position instead of an HLC (PostgreSQL ``source.sequence``/``lsn``, MySQL
+  binlog ``file``/``pos``/``row``, TiCDC ``commit_ts``; :mod:`~crdb_pubsub.apply.positions`), keyed
+  by the record key from the ordering key, a ``key`` attribute or ``key_columns``
+  (:mod:`~crdb_pubsub.apply.keys`); a truncate tombstones the rows older than it. Events without a
+  position or a key are malformed with the reason (``ts_ms`` is never an order).
 * **Where it runs.** ``foreachBatch`` runs on the driver: the batch is collected there as Arrow
   (bounded by ``maxMessagesPerTrigger``), reduced, and merged by delta-rs. :func:`foreach_batch_merge_into`
   instead runs the same MERGE through Spark SQL on a catalog table (Delta/Iceberg on Dataproc or
@@ -61,14 +67,24 @@ Contract
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .delta import ApplyResult, DeltaStore, TableCounts, apply_arrow, table_path
 from .delta import read_state as _read_state
 from .hlc import parse_hlc
-from .reduce import INPUT_COLUMNS, BareDeleteError, source_table, split_by_table
-from .schemas import META_COLUMNS, SchemaChangeError, as_struct, ddl_from_crdb_types
+from .positions import PRODUCERS
+from .reduce import (
+    INPUT_COLUMNS,
+    OPTIONAL_COLUMNS,
+    BareDeleteError,
+    ProducerMixError,
+    needs_truncate_mark,
+    settle_truncate,
+    source_table,
+    split_by_table,
+)
+from .schemas import KEY, META_COLUMNS, ORDER, TRUNCATE_KEY, SchemaChangeError, as_struct, ddl_from_crdb_types
 from .sql import merge_into_sql
 from .verify import compare_to_ground_truth
 
@@ -77,10 +93,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from .reduce import TableBatch
+
 __all__ = [
     "META_COLUMNS",
+    "PRODUCERS",
     "ApplyResult",
     "BareDeleteError",
+    "ProducerMixError",
     "SchemaChangeError",
     "TableCounts",
     "apply_batch",
@@ -103,15 +123,17 @@ def _arrow_of(batch: DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
     if isinstance(batch, pa.RecordBatch):
         batch = pa.Table.from_batches([batch])
     if isinstance(batch, pa.Table):
-        return batch.select(list(INPUT_COLUMNS))
+        return batch.select([*INPUT_COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in batch.column_names)])
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     df = batch
-    if isinstance(df.schema["after"].dataType, StructType):
-        # rowSchema on the source: back to JSON text so one exact path applies.
-        df = df.withColumn("after", F.to_json("after"))
-    return df.select(*INPUT_COLUMNS).toArrow()
+    optional = [c for c in OPTIONAL_COLUMNS if c in df.columns]
+    for image in ("after", "before"):
+        if image in df.columns and isinstance(df.schema[image].dataType, StructType):
+            # rowSchema on the source: back to JSON text so one exact path applies.
+            df = df.withColumn(image, F.to_json(image))
+    return df.select(*INPUT_COLUMNS, *optional).toArrow()
 
 
 def _query_id(batch_df: DataFrame) -> str | None:
@@ -130,6 +152,7 @@ def apply_batch(
     app_id: str,
     schemas: Mapping[str, str | StructType] | None = None,
     bare_op_column: str | None = None,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
     storage_options: Mapping[str, str] | None = None,
     store: DeltaStore | None = None,
 ) -> ApplyResult:
@@ -137,12 +160,20 @@ def apply_batch(
 
     ``batch``: the source's rows (a Spark DataFrame, or an Arrow table with the same columns).
     ``app_id`` + ``batch_id`` identify the batch in each table's Delta log: the same pair again is
-    skipped. ``schemas`` maps table names to Spark DDL (or StructType). Raises
-    :class:`SchemaChangeError`, :class:`BareDeleteError` or ``ValueError`` (unusable table name).
+    skipped. ``schemas`` maps table names to Spark DDL (or StructType). ``key_columns`` maps table
+    names to their key columns, for Debezium and TiCDC messages published without their record key
+    (:mod:`crdb_pubsub.apply.keys`). Raises :class:`SchemaChangeError`, :class:`BareDeleteError`,
+    :class:`ProducerMixError` or ``ValueError`` (unusable table name).
     """
     store = store or DeltaStore(state_dir, storage_options)
     return apply_arrow(
-        _arrow_of(batch), batch_id, store=store, app_id=app_id, schemas=schemas, bare_op_column=bare_op_column
+        _arrow_of(batch),
+        batch_id,
+        store=store,
+        app_id=app_id,
+        schemas=schemas,
+        bare_op_column=bare_op_column,
+        key_columns=key_columns,
     )
 
 
@@ -152,6 +183,7 @@ def foreach_batch_apply(
     *,
     app_id: str | None = None,
     bare_op_column: str | None = None,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
     storage_options: Mapping[str, str] | None = None,
     on_result: Callable[[ApplyResult], None] | None = None,
 ) -> Callable[[DataFrame, int], None]:
@@ -174,6 +206,7 @@ def foreach_batch_apply(
             app_id=f"crdb_pubsub.apply:{qid}",
             schemas=schemas,
             bare_op_column=bare_op_column,
+            key_columns=key_columns,
         )
         apply_fn.last_result = res  # type: ignore[attr-defined]
         if on_result is not None:
@@ -234,6 +267,7 @@ def foreach_batch_merge_into(
     schemas: Mapping[str, str | StructType],
     *,
     bare_op_column: str | None = None,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
     on_statement: Callable[[str], None] | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """``foreachBatch`` that applies each batch with Spark SQL ``MERGE INTO`` on catalog tables.
@@ -248,20 +282,41 @@ def foreach_batch_merge_into(
 
     def merge_fn(batch_df: DataFrame, batch_id: int) -> None:
         spark = batch_df.sparkSession
-        reduced, _, _, _ = split_by_table(_arrow_of(batch_df), bare_op_column=bare_op_column)
+        reduced, _, _, _ = split_by_table(_arrow_of(batch_df), bare_op_column=bare_op_column, key_columns=key_columns)
         for name, tb in sorted(reduced.items()):
-            if name not in tables or not tb.groups:
+            if name not in tables:
+                continue
+            truncate = _catalog_truncate(spark, tables[name], tb)
+            if not tb.groups and truncate is None:
                 continue
             source, families = source_table(tb, as_struct(schemas[name]), batch_id)
+            if truncate is not None:
+                from .delta import with_truncate_mark
+
+                source = with_truncate_mark(source, truncate, batch_id)
             view = f"crdb_pubsub_apply_{batch_id}_{name}".replace(".", "_").replace("-", "_")
             spark.createDataFrame(source).createOrReplaceTempView(view)
-            statement = merge_into_sql(tables[name], view, source.column_names, families or None)
+            statement = merge_into_sql(
+                tables[name],
+                view,
+                source.column_names,
+                families or None,
+                None if truncate is None else (*truncate, batch_id),
+            )
             if on_statement is not None:
                 on_statement(statement)
             spark.sql(statement)
             spark.catalog.dropTempView(view)
 
     return merge_fn
+
+
+def _catalog_truncate(spark: SparkSession, target: str, tb: TableBatch) -> tuple[str, str] | None:
+    """:func:`~crdb_pubsub.apply.reduce.settle_truncate` against a catalog table's truncate mark."""
+    if not needs_truncate_mark(tb):
+        return None
+    row = spark.sql(f"SELECT max({ORDER}) AS m FROM {target} WHERE {KEY} = '{TRUNCATE_KEY}'").first()
+    return settle_truncate(tb, row["m"] if row is not None else None)
 
 
 def create_table_sql(target: str, schema: str | StructType, *, using: str = "delta") -> str:

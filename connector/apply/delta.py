@@ -10,22 +10,26 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .reduce import TableBatch, after_layouts, source_table, split_by_table
+from .reduce import TableBatch, after_layouts, needs_truncate_mark, settle_truncate, source_table, split_by_table
 from .schemas import (
     BATCH,
     DELETED,
+    HLC_COL,
+    KEY,
     META_COLUMNS,
     META_PREFIX,
+    ORDER,
+    TRUNCATE_KEY,
     SchemaChangeError,
     as_struct,
     infer_type,
     plain_arrow_type,
     struct_of_arrow,
 )
-from .sql import merge_clauses, quote_datafusion
+from .sql import merge_clauses, quote_datafusion, truncate_clause
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -45,7 +49,8 @@ class TableCounts:
     or equal one (duplicates, older versions, late arrivals); ``malformed``: changes not applied
     (bad value, no HLC or key, undecodable); ``rows``/``tombstones``: sizes after the batch;
     ``version``: the Delta version after it; ``skipped``: the batch was already applied (a retry);
-    ``added_columns``: columns schema evolution added.
+    ``added_columns``: columns schema evolution added; ``truncated``: live rows a truncate
+    (Debezium op ``t``) turned into tombstones (counted in ``deletes`` too).
     """
 
     changes: int = 0
@@ -58,6 +63,7 @@ class TableCounts:
     version: int = -1
     skipped: bool = False
     added_columns: list[str] = dataclasses.field(default_factory=list)
+    truncated: int = 0
 
 
 @dataclasses.dataclass
@@ -146,9 +152,18 @@ class DeltaStore:
         return done is not None and done >= batch_id
 
     def write(
-        self, name: str, source: pa.Table, family_columns: Mapping[str, list[str]], app_id: str, batch_id: int
+        self,
+        name: str,
+        source: pa.Table,
+        family_columns: Mapping[str, list[str]],
+        app_id: str,
+        batch_id: int,
+        truncate: tuple[str, str] | None = None,
     ) -> None:
-        """One commit: the first batch creates the table, later ones MERGE (adding new columns)."""
+        """One commit: the first batch creates the table, later ones MERGE (adding new columns).
+
+        ``truncate`` (order, position): the rows older than it become tombstones in the same commit.
+        """
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -173,7 +188,37 @@ class DeltaStore:
             if sets is None
             else merger.when_matched_update(sets, predicate=matched)
         )
-        merger.when_not_matched_insert(inserts).execute()
+        merger = merger.when_not_matched_insert(inserts)
+        if truncate is not None:
+            columns = [c for c in pa.schema(dt.schema().to_arrow()).names if c not in source.column_names]
+            older, wipe = truncate_clause(
+                [*source.column_names, *columns], truncate[0], truncate[1], batch_id, quote_datafusion
+            )
+            merger = merger.when_not_matched_by_source_update(wipe, predicate=older)
+        merger.execute()
+
+    def truncated_at(self, name: str) -> str | None:
+        """Return the order of the table's latest truncate (its mark row), or None."""
+        return self._one(name, f"SELECT max({quote_datafusion(ORDER)}) FROM state WHERE {self._is_mark}")
+
+    def live_older_than(self, name: str, order: str) -> int:
+        """Count the live rows a truncate at ``order`` wipes out."""
+        o, d = quote_datafusion(ORDER), quote_datafusion(DELETED)
+        return int(self._one(name, f"SELECT count(*) FROM state WHERE NOT {d} AND {o} < '{order}'") or 0)
+
+    @property
+    def _is_mark(self) -> str:
+        return f"{quote_datafusion(KEY)} = '{TRUNCATE_KEY}'"
+
+    def _one(self, name: str, sql: str) -> Any:
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        dt = self.table(name)
+        if dt is None:
+            return None
+        row = pa.table(QueryBuilder().register("state", dt).execute(sql).read_all()).to_pylist()
+        return next(iter(row[0].values())) if row else None
 
     def counts(self, name: str, batch_id: int) -> tuple[int, int, int, int, int]:
         """(rows, tombstones, upserts and deletes written by ``batch_id``, version) of a table."""
@@ -187,7 +232,7 @@ class DeltaStore:
         sql = (
             f"SELECT sum(CASE WHEN NOT {d} THEN 1 ELSE 0 END), sum(CASE WHEN {d} THEN 1 ELSE 0 END), "
             f"sum(CASE WHEN {b} = {int(batch_id)} AND NOT {d} THEN 1 ELSE 0 END), "
-            f"sum(CASE WHEN {b} = {int(batch_id)} AND {d} THEN 1 ELSE 0 END) FROM state"
+            f"sum(CASE WHEN {b} = {int(batch_id)} AND {d} THEN 1 ELSE 0 END) FROM state WHERE NOT ({self._is_mark})"
         )
         row = pa.table(QueryBuilder().register("state", dt).execute(sql).read_all()).to_pylist()[0]
         return (*[int(v or 0) for v in row.values()], dt.version())
@@ -226,7 +271,7 @@ def _resolve_struct(store: DeltaStore, tb: TableBatch, given: Any) -> tuple[Stru
             if missing:
                 raise SchemaChangeError(
                     f"table {tb.table}: column {missing[0]} is in the state table but missing from the "
-                    "changefeed's rows (dropped or renamed in CockroachDB?); the apply helper only adds "
+                    "changefeed's rows (dropped or renamed upstream?); the apply helper only adds "
                     "nullable columns: recreate the Delta table, or keep the column upstream"
                 )
     added = [f.name for f in fields if before is not None and f.name not in before]
@@ -241,11 +286,12 @@ def apply_arrow(
     app_id: str,
     schemas: Mapping[str, Any] | None = None,
     bare_op_column: str | None = None,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
     count: bool = True,
 ) -> ApplyResult:
     """Apply one micro-batch (the source's columns as an Arrow table) to the Delta tables of ``store``."""
     t0 = time.monotonic()
-    tables, messages, orphan, errors = split_by_table(batch, bare_op_column=bare_op_column)
+    tables, messages, orphan, errors = split_by_table(batch, bare_op_column=bare_op_column, key_columns=key_columns)
     result = ApplyResult(
         batch_id=batch_id, tables={}, malformed=orphan, rows_in=0, elapsed_s=0.0, messages=messages, errors=list(errors)
     )
@@ -262,11 +308,16 @@ def apply_arrow(
             counts.rows, counts.tombstones, _, _, counts.version = store.counts(name, -1) if count else (0, 0, 0, 0, -1)
             continue
         given = (schemas or {}).get(name)
-        if tb.groups:
+        truncate = _new_truncate(store, tb)
+        if truncate is not None:
+            counts.truncated = store.live_older_than(name, truncate[0])
+        if tb.groups or truncate is not None:
             struct, counts.added_columns = _resolve_struct(store, tb, given)
             source, family_columns = source_table(tb, struct, batch_id)
+            if truncate is not None:
+                source = with_truncate_mark(source, truncate, batch_id)
             if source.num_rows:
-                store.write(name, source, family_columns, app_id, batch_id)
+                store.write(name, source, family_columns, app_id, batch_id, truncate)
         counts.malformed = tb.malformed
         result.malformed += tb.malformed
         result.errors = (result.errors + tb.errors)[:5]
@@ -274,9 +325,26 @@ def apply_arrow(
             counts.rows, counts.tombstones, counts.upserts, counts.deletes, counts.version = store.counts(
                 name, batch_id
             )
-        counts.superseded = tb.changes - tb.malformed - counts.upserts - counts.deletes
+        applied = counts.upserts + counts.deletes - counts.truncated + (truncate is not None)
+        counts.superseded = max(0, tb.changes - tb.malformed - applied)
     result.elapsed_s = round(time.monotonic() - t0, 3)
     return result
+
+
+def _new_truncate(store: DeltaStore, tb: TableBatch) -> tuple[str, str] | None:
+    """:func:`settle_truncate` against the table's truncate mark in its Delta table."""
+    if not needs_truncate_mark(tb):
+        return None
+    return settle_truncate(tb, store.truncated_at(tb.table))
+
+
+def with_truncate_mark(source: pa.Table, truncate: tuple[str, str], batch_id: int) -> pa.Table:
+    """Return the MERGE source plus the table's truncate mark row (see ``schemas.TRUNCATE_KEY``)."""
+    import pyarrow as pa
+
+    mark = {KEY: TRUNCATE_KEY, ORDER: truncate[0], HLC_COL: truncate[1], DELETED: True, BATCH: batch_id}
+    row = pa.Table.from_pylist([{c: mark.get(c) for c in source.column_names}], schema=source.schema)
+    return pa.concat_tables([source, row])
 
 
 def read_state(

@@ -6,20 +6,22 @@ Pure Python and Arrow: no Spark, no Delta. :mod:`crdb_pubsub.apply.delta` merges
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..decode.envelopes import table_from_topic
 from .hlc import DELETE_RANK, order_key, parse_hlc
+from .keys import debezium_key
+from .positions import Refused, debezium_position
 from .schemas import BATCH, DELETED, HLC_COL, KEY, META_PREFIX, ORDER, SchemaChangeError, family_order_column
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["INPUT_COLUMNS", "BareDeleteError", "TableBatch", "split_by_table"]
+__all__ = ["INPUT_COLUMNS", "OPTIONAL_COLUMNS", "BareDeleteError", "ProducerMixError", "TableBatch", "split_by_table"]
 
 # What the apply helper reads of the source's columns (``data`` only for an enriched schema).
 INPUT_COLUMNS = (
@@ -34,6 +36,10 @@ INPUT_COLUMNS = (
     "mvcc_timestamp",
     "message_id",
 )
+# Read when the batch has them: Debezium's and TiCDC's position (``source``), key (the ordering
+# key, a ``key`` attribute), a delete's key columns (``before``) and why a message is malformed. A query that leaves them out of
+# ``columns`` applies CockroachDB rows only.
+OPTIONAL_COLUMNS = ("source", "before", "ordering_key", "attributes", "error")
 _ROWS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 _STR = msgspec.json.Decoder(str)
 _BARE_OPS = {"insert": "c", "update": "u", "delete": "d", "upsert": "u"}
@@ -43,12 +49,17 @@ class BareDeleteError(ValueError):
     """Bare-envelope rows without an op column: a delete looks like an update with NULL columns."""
 
 
+class ProducerMixError(ValueError):
+    """One table's changes from two producers (CockroachDB, Debezium PostgreSQL, ...): their orders don't compare."""
+
+
 @dataclasses.dataclass
 class _Change:
     order: str
     after: str | None  # None for a delete
     message_id: str
     hlc: str
+    debezium: bool = False  # its image is Debezium's JSON (see images.image_adapter)
 
     def rank(self) -> tuple[str, str, str]:
         # At equal (HLC, op) the greater after text, then the greater message id: any arrival
@@ -70,6 +81,24 @@ class TableBatch:
     errors: list[str] = dataclasses.field(default_factory=list)
     families: bool = False
     groups: dict[tuple[str, str], list[_Change]] = dataclasses.field(default_factory=dict)
+    producer: str | None = None
+    truncate: _Change | None = None  # the latest truncate of the table in the batch (Debezium op t)
+
+    def produced_by(self, producer: str) -> None:
+        if self.producer is None:
+            self.producer = producer
+        elif self.producer != producer:
+            raise ProducerMixError(
+                f"table {self.table}: changes from {self.producer} and from {producer} in one table; their "
+                "positions do not compare: one producer per table (route them to different table names)"
+            )
+
+    def add(self, key: str, family: str, change: _Change) -> None:
+        group = self.groups.get((key, family))
+        if group is None:
+            self.groups[(key, family)] = [change]
+        else:
+            group.append(change)
 
     def bad(self, reason: str) -> None:
         self.malformed += 1
@@ -113,36 +142,58 @@ def _bare_op(after: str, column: str) -> tuple[str | None, str | None]:
     return op, "{" + ", ".join(f"{msgspec.json.encode(k).decode()}: {bytes(v).decode()}" for k, v in row.items()) + "}"
 
 
+def _column(batch: pa.Table, name: str) -> list[Any]:
+    """Return a column as a Python list; an optional column the batch lacks reads as nulls."""
+    if name in batch.column_names:
+        return batch.column(name).to_pylist()
+    return [None] * batch.num_rows
+
+
+def _attributes(value: Any) -> dict[str, str] | None:
+    """Return a Pub/Sub attributes map, as Arrow hands it to Python (a list of pairs) or as a dict."""
+    if value is None or isinstance(value, dict):
+        return value
+    return dict(value)
+
+
 def split_by_table(
-    batch: pa.Table, *, bare_op_column: str | None = None
+    batch: pa.Table,
+    *,
+    bare_op_column: str | None = None,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[str, TableBatch], int, int, list[str]]:
     """Reduce a batch of source rows: ``({table: TableBatch}, messages, malformed without a table, errors)``.
 
-    Row changes without a usable HLC or key count as malformed for their table. Rows of the bare
-    envelope need ``bare_op_column`` (see :class:`BareDeleteError`).
+    Row changes without a usable HLC (Debezium, TiCDC: position) or key count as malformed for
+    their table. Rows of the bare envelope need ``bare_op_column`` (see :class:`BareDeleteError`).
+    ``key_columns`` names a table's key columns where the messages carry no key of their own
+    (Debezium, TiCDC; see :mod:`crdb_pubsub.apply.keys`).
     """
-    cols = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
+    cols = {name: _column(batch, name) for name in (*INPUT_COLUMNS, *OPTIONAL_COLUMNS)}
     tables: dict[str, TableBatch] = {}
     orphan = 0
     errors: list[str] = []
     kinds, names = cols["kind"], cols["table_name"]
     for i, kind in enumerate(kinds):
         if kind not in ("row", "malformed"):
-            continue  # resolved, ddl, watermark, message: progress marks, not changes
+            continue  # resolved, ddl, watermark, message, transaction, tombstone: not changes
         table = names[i]
         if not table:
             orphan += 1
             if len(errors) < 5:
-                errors.append("a row change without a table name" if kind == "row" else "a malformed message")
+                errors.append(_no_table(kind, cols, i))
             continue
         tb = tables.get(table)
         if tb is None:
             tb = tables[table] = TableBatch(table)
-        if kind == "malformed":
-            tb.changes += 1
-            tb.bad("a message that could not be decoded")
-            continue
         tb.changes += 1
+        if kind == "malformed":
+            tb.bad("a message that could not be decoded" + _why(cols, i))
+            continue
+        if cols["envelope"][i] == "debezium":
+            _debezium_change(tb, cols, i, (key_columns or {}).get(table))
+            continue
+        tb.produced_by("cockroachdb")
         key = cols["key"][i]
         if key is None:
             tb.bad("a row change without a key")
@@ -179,22 +230,88 @@ def split_by_table(
         family = _family(cols["topic"][i], table)
         if family:
             tb.families = True
-        change = _Change(order, after, cols["message_id"][i] or "", hlc_text)
-        group = tb.groups.get((key, family))
-        if group is None:
-            tb.groups[(key, family)] = [change]
-        else:
-            group.append(change)
+        tb.add(key, family, _Change(order, after, cols["message_id"][i] or "", hlc_text))
     for tb in tables.values():
         if tb.families and any(f == "" for _, f in tb.groups):
             raise SchemaChangeError(
                 f"table {tb.table}: some messages come from column-family topics "
                 f"({tb.table}.<family>) and some not; one changefeed per table, please"
             )
+        if tb.truncate is not None:
+            drop_before(tb, tb.truncate.order)
         for group in tb.groups.values():
             if len(group) > 1:
                 group.sort(key=_Change.rank, reverse=True)
     return tables, len(kinds), orphan, errors
+
+
+def _no_table(kind: str, cols: Mapping[str, list[Any]], i: int) -> str:
+    if kind == "malformed":
+        return "a malformed message" + _why(cols, i)
+    if cols["envelope"][i] == "debezium" and cols["op"][i] is None and cols["key"][i] is not None:
+        return (
+            "a Debezium key message (only key columns), not a change event: the record key belongs in the "
+            "ordering key or a `key` attribute of its value's message"
+        )
+    return "a row change without a table name"
+
+
+def _why(cols: Mapping[str, list[Any]], i: int) -> str:
+    error = cols["error"][i]
+    return f": {error}" if error else ""
+
+
+def _debezium_change(tb: TableBatch, cols: Mapping[str, list[Any]], i: int, key_columns: Sequence[str] | None) -> None:
+    """Add one Debezium or TiCDC change event (c, u, r, d; t truncates) to its table's batch."""
+    op = cols["op"][i]
+    try:
+        position = debezium_position(cols["source"][i], op or "u")
+        tb.produced_by(position.producer)
+        change = _Change(position.order, None, cols["message_id"][i] or "", position.text, debezium=True)
+        if op == "t":
+            if tb.truncate is None or change.order > tb.truncate.order:
+                tb.truncate = change
+            return
+        if op not in ("c", "u", "r", "d"):
+            raise Refused(f"a Debezium change event must have op c, u, r, d or t, got {op!r}")
+        after = None if op == "d" else cols["after"][i]
+        if op != "d" and after is None:
+            raise Refused(f"op {op} without `after`")
+        image = after if after is not None else cols["before"][i]
+        key = debezium_key(image, key_columns, _attributes(cols["attributes"][i]), cols["ordering_key"][i])
+    except Refused as exc:
+        tb.bad(str(exc))
+        return
+    change.after = after
+    tb.add(key, "", change)
+
+
+def settle_truncate(tb: TableBatch, mark: str | None) -> tuple[str, str] | None:
+    """Weigh the batch against the state's latest truncate (``mark``, its order; None: none).
+
+    The changes older than it are dropped (they lost to it); returns the (order, position) of the
+    batch's own truncate when it is newer than the mark, the one the MERGE must apply.
+    """
+    if mark is not None:
+        drop_before(tb, mark)
+    if tb.truncate is None or (mark is not None and tb.truncate.order <= mark):
+        return None
+    return tb.truncate.order, tb.truncate.hlc
+
+
+def needs_truncate_mark(tb: TableBatch) -> bool:
+    """Whether the state's truncate mark matters: only Debezium and TiCDC send truncates."""
+    return tb.producer not in (None, "cockroachdb")
+
+
+def drop_before(tb: TableBatch, order: str) -> None:
+    """Drop the changes a truncate at ``order`` wiped out (they lost to it: superseded)."""
+    for k in list(tb.groups):
+        kept = [c for c in tb.groups[k] if c.order > order]
+        if kept:
+            tb.groups[k] = kept
+        else:
+            del tb.groups[k]
 
 
 # -- typing the winners ----------------------------------------------------------------------------
@@ -210,13 +327,32 @@ def typed_rows(tb: TableBatch, struct: StructType, keys: list[tuple[str, str]]) 
     import pyarrow as pa
 
     from ..decode.typed import TypedError, json_row_converter, struct_column
+    from .images import image_adapter
     from .schemas import arrow_schema_of
 
     arrow_type = pa.struct(list(arrow_schema_of(struct)))
     pick = [0] * len(keys)
     convert = None
+    adapt = None
     while True:
         winners = [tb.groups[k][p] for k, p in zip(keys, pick)]
+        if any(w.debezium and w.after is not None for w in winners):
+            # Debezium's ways of saying a DECIMAL, BINARY, BOOLEAN, as the typed columns read them.
+            adapt = adapt or image_adapter(struct)
+            failed = []
+            for j, w in enumerate(winners):
+                if w.debezium and w.after is not None:
+                    try:
+                        w.after, w.debezium = adapt(w.after), False
+                    except TypedError as exc:
+                        tb.bad(str(exc))
+                        failed.append(j)
+            if failed:
+                for j in reversed(failed):
+                    pick[j] += 1
+                    if pick[j] >= len(tb.groups[keys[j]]):
+                        del keys[j], pick[j]
+                continue
         images = pa.array([w.after for w in winners], pa.string())
         typed, bad = struct_column(images, struct, arrow_type) if len(struct.fields) else (None, None)
         if typed is None and len(struct.fields) == 0:

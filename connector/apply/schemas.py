@@ -24,6 +24,7 @@ __all__ = [
     "META_COLUMNS",
     "META_PREFIX",
     "ORDER",
+    "TRUNCATE_KEY",
     "SchemaChangeError",
     "arrow_schema_of",
     "as_struct",
@@ -41,6 +42,10 @@ ORDER = "_crdb_order"  # order key of that change (see hlc.order_key): what the 
 DELETED = "_crdb_deleted"  # tombstone: the key was deleted at _crdb_hlc (kept so older changes lose)
 BATCH = "_crdb_batch_id"  # the micro-batch that last wrote the row
 META_COLUMNS = (KEY, HLC_COL, ORDER, DELETED, BATCH)
+# The state row that remembers a table's latest truncate (Debezium op t): a tombstone under a key no
+# row has (keys are JSON arrays or objects), so every reader that skips tombstones skips it, and
+# its order is the truncate's, which changes older than it lose to.
+TRUNCATE_KEY = "<truncate>"
 FAMILY_ORDER_PREFIX = "_crdb_order__"  # per column family: order key of the family's latest change
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from .schemas import BATCH, DELETED, HLC_COL, KEY, ORDER, family_order_column
+from .schemas import BATCH, DELETED, HLC_COL, KEY, META_PREFIX, ORDER, family_order_column
 
-__all__ = ["merge_clauses", "merge_into_sql", "quote_datafusion", "quote_spark"]
+__all__ = ["merge_clauses", "merge_into_sql", "quote_datafusion", "quote_spark", "truncate_clause"]
 
 
 def quote_datafusion(name: str) -> str:
@@ -57,14 +57,44 @@ def merge_clauses(
     return on, "(" + " OR ".join(family_newer) + ")", sets, inserts
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def truncate_clause(
+    columns: Sequence[str], order: str, position: str, batch_id: int, quote: Callable[[str], str]
+) -> tuple[str, dict[str, str]]:
+    """(WHEN NOT MATCHED BY SOURCE condition, SET) of a truncate at ``order``: older rows become tombstones.
+
+    A row the batch does not touch whose change is older than the truncate is deleted by it: a
+    tombstone with the truncate's order (and no values), so a late change older than the truncate
+    loses to it as to a delete.
+    """
+    q = quote
+    sets = {q(c): "NULL" for c in columns if not c.startswith(META_PREFIX)}
+    sets.update({
+        q(ORDER): _literal(order),
+        q(HLC_COL): _literal(position),
+        q(DELETED): "true",
+        q(BATCH): str(int(batch_id)),
+    })  # fmt: skip
+    return f"t.{q(ORDER)} < {_literal(order)}", sets
+
+
 def merge_into_sql(
-    target: str, source: str, columns: Sequence[str], family_columns: Mapping[str, Sequence[str]] | None = None
+    target: str,
+    source: str,
+    columns: Sequence[str],
+    family_columns: Mapping[str, Sequence[str]] | None = None,
+    truncate: tuple[str, str, int] | None = None,
 ) -> str:
     """Spark SQL ``MERGE INTO`` of a reduced batch (a view named ``source``) into table ``target``.
 
     ``target`` is a catalog table name as Spark SQL takes it (``cat.db.users``), used as given;
-    ``columns`` are the source's columns. Runs wherever the session's catalog has a table format
-    with ``MERGE INTO`` (Delta Lake, Apache Iceberg).
+    ``columns`` are the source's columns. ``truncate`` (order, position, batch id) adds the
+    tombstoning of the rows a truncate wiped out (``WHEN NOT MATCHED BY SOURCE``, Spark 3.4+).
+    Runs wherever the session's catalog has a table format with ``MERGE INTO`` (Delta Lake,
+    Apache Iceberg).
     """
     on, matched, sets, inserts = merge_clauses(columns, family_columns, quote_spark)
     update = "UPDATE SET *" if sets is None else "UPDATE SET " + ", ".join(f"t.{k} = {v}" for k, v in sets.items())
@@ -73,8 +103,14 @@ def merge_into_sql(
         if not family_columns
         else "INSERT (" + ", ".join(inserts) + ") VALUES (" + ", ".join(inserts.values()) + ")"
     )
-    return (
+    statement = (
         f"MERGE INTO {target} AS t\nUSING {source} AS s\nON {on}\n"
         f"WHEN MATCHED AND {matched} THEN {update}\n"
         f"WHEN NOT MATCHED THEN {insert}"
     )
+    if truncate is not None:
+        older, wipe = truncate_clause(columns, *truncate, quote_spark)
+        statement += f"\nWHEN NOT MATCHED BY SOURCE AND {older} THEN UPDATE SET " + ", ".join(
+            f"t.{k} = {v}" for k, v in wipe.items()
+        )
+    return statement

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .core import ChangefeedSimulator
+from .debezium import PRODUCERS
 from .messages import ENVELOPES
 from .publish import make_publisher
 from .tables import TABLES
@@ -22,7 +23,8 @@ def build_arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
         prog=prog,
         description="Publish simulated CockroachDB changefeed messages (movr tables) to a Pub/Sub emulator: one "
         "topic per table (or --topic-name), and on each a subscription <topic>-spark made before the first "
-        "message, so that what is published waits there for `crdb-pubsub tail` and the Spark source.",
+        "message, so that what is published waits there for `crdb-pubsub tail` and the Spark source. "
+        "--producer lays the same changes out as Debezium or TiCDC publish them.",
     )
     p.add_argument(
         "--emulator-host",
@@ -42,6 +44,20 @@ def build_arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--enriched-properties",
         default="",
         help="with --envelope enriched: comma list of source,schema (the changefeed's enriched_properties)",
+    )
+    p.add_argument(
+        "--producer",
+        choices=("cockroachdb", *PRODUCERS),
+        default="cockroachdb",
+        help="who publishes the changes: a CockroachDB changefeed (default), Debezium Server's Pub/Sub sink "
+        "(debezium-postgres, debezium-mysql: the record key as ordering key) or TiCDC's Debezium protocol "
+        "through Kafka (ticdc: the key in a `key` attribute); the CockroachDB flags are for cockroachdb only",
+    )
+    p.add_argument(
+        "--snapshot-rows",
+        type=int,
+        default=0,
+        help="with a Debezium producer: start with a snapshot (op r) of the rows N unpublished changes leave",
     )
     p.add_argument("--tables", default=",".join(TABLES), help="comma list of tables (default: all of them)")
     p.add_argument("--mix", default="0.6,0.3,0.1", help="insert,update,delete weights (default 0.6,0.3,0.1)")
@@ -115,6 +131,8 @@ def simulator_from_args(args: argparse.Namespace) -> ChangefeedSimulator:
         with_table_name_attribute=args.with_table_name_attribute,
         tables=[t.strip() for t in args.tables.split(",") if t.strip()],
         mix=mix,
+        producer=args.producer,
+        snapshot_rows=args.snapshot_rows,
     )
 
 
@@ -165,7 +183,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     origin = emulator_source(host if flagged else None, host)
     try:
         check_reachable(host, origin)
-        publisher = make_publisher(host, ordering=args.legacy_wrapper)
+        publisher = make_publisher(host, ordering=sim.uses_ordering_keys)
         try:
             subscriptions = _prepare(publisher, args, sim.topics(), f"the emulator at {host} ({origin})")
             report = sim.publish(

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import random
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 from .clock import HLC, Clock
-from .encoding import crdb_json, json_string
-from .messages import OPS, SimMessage, source_schema, struct_schema, validate
+from .cockroach import CockroachEncoder
+from .debezium import PRODUCERS, DebeziumEncoder, delivered_value
+from .encoding import crdb_json
+from .messages import OPS, SimMessage, validate
 from .publish import PublishReport, delivery_plan, ensure_topics, ordering_enabled, publish_plan
-from .tables import DATABASE, SCHEMA, TABLES, Table
+from .tables import DATABASE, SCHEMA, TABLES
 from .values import Generator, LiveRows
 
 
@@ -29,6 +29,12 @@ class ChangefeedSimulator:
     N row changes; 0 = never), ``legacy_wrapper`` (pre-v25.2 sink layout, ordering key = key),
     ``with_table_name_attribute`` (Pub/Sub attribute ``TABLE_NAME``), ``tables`` (subset of
     ``TABLES``), ``mix`` ((insert, update, delete) weights or a dict of them) and ``seed``.
+
+    ``producer`` lays the same changes out as another producer publishes them: ``cockroachdb``
+    (the default, with the options above), ``debezium-postgres``, ``debezium-mysql`` or ``ticdc``
+    (:mod:`crdb_pubsub.tools.simulator.debezium`; the CockroachDB options stay at their defaults,
+    ``resolved_every`` sends TiCDC's watermarks, ``snapshot_rows`` starts a Debezium feed with a
+    snapshot of the rows those first changes leave).
 
     Invalid options raise ``ValueError`` naming the option. In the enriched envelope ``updated``
     and ``mvcc_timestamp`` only show inside ``source`` (as CockroachDB does), so without the
@@ -53,10 +59,15 @@ class ChangefeedSimulator:
         with_table_name_attribute: bool = False,
         tables: Sequence[str] | None = None,
         mix: Sequence[float] | Mapping[str, float] = (0.6, 0.3, 0.1),
+        producer: str = "cockroachdb",
+        snapshot_rows: int = 0,
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed: expected an int, got {seed!r}")
+        _check_producer(producer, snapshot_rows, resolved_every, locals())
         self.seed = seed
+        self.producer = producer
+        self._snapshot_rows = snapshot_rows
         self.options = validate(
             envelope=envelope,
             enriched_properties=enriched_properties,
@@ -98,38 +109,20 @@ class ChangefeedSimulator:
             t: {"inserts": 0, "updates": 0, "deletes": 0, "row_messages": 0, "resolved": 0} for t in self.options.tables
         }
         self._changes_since_resolved = 0
+        self._debezium = DebeziumEncoder(producer) if producer != "cockroachdb" else None
+        self._crdb = CockroachEncoder(self.options, self._source_static, {t: TABLES[t] for t in self.options.tables})
 
     # ---- topics
-    def _base_topic(self, table: str) -> str:
-        return f"{DATABASE}.{SCHEMA}.{table}" if self.options.full_table_name else table
-
-    def _families(self, table: str) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
-        t = TABLES[table]
-        if self.options.column_families and t.families:
-            return tuple((name, cols) for name, cols in t.families)
-        return ((None, t.column_names),)
-
-    def _topic(self, table: str, family: str | None) -> str:
-        if self.options.topic_name:
-            return self.options.topic_name
-        base = self._base_topic(table)
-        return f"{base}.{family}" if family else base
+    def _topic(self, table: str) -> str:
+        if self._debezium is not None:
+            return self._debezium.topic(table)
+        return self._crdb.topic(table, None)
 
     def topics(self) -> list[str]:
         """Return the Pub/Sub topic ids this feed publishes to, in table order, without repeats."""
-        out: list[str] = []
-        for table in self.options.tables:
-            for family, _ in self._families(table):
-                topic = self._topic(table, family)
-                if topic not in out:
-                    out.append(topic)
-        return out
-
-    def _topic_tables(self) -> list[tuple[str, str]]:
-        """(topic, table) pairs for resolved messages; table is "" on a shared topic."""
-        if self.options.topic_name:
-            return [(self.options.topic_name, "")]
-        return [(self._topic(t, f), t) for t in self.options.tables for f, _ in self._families(t)]
+        if self._debezium is not None:
+            return [self._debezium.topic(t) for t in self.options.tables]
+        return self._crdb.topics()
 
     # ---- generation
     def events(self, n_rows: int) -> Iterator[SimMessage]:
@@ -143,6 +136,8 @@ class ChangefeedSimulator:
         """
         if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 0:
             raise ValueError(f"n_rows: expected an int >= 0, got {n_rows!r}")
+        if self._snapshot_rows and n_rows:
+            yield from self._snapshot()
         for _ in range(n_rows):
             yield from self._one_change()
             self._changes_since_resolved += 1
@@ -151,13 +146,27 @@ class ChangefeedSimulator:
                 self._changes_since_resolved = 0
                 yield from self._resolved(self._clock.now)
 
+    def _snapshot(self) -> Iterator[SimMessage]:
+        """Make the first ``snapshot_rows`` changes unstreamed, then read the rows they leave as a snapshot."""
+        assert self._debezium is not None
+        n, self._snapshot_rows = self._snapshot_rows, 0
+        for _ in range(n):
+            for _message in self._one_change(streamed=False):
+                pass
+        hlc = self._clock.tick()
+        rows = {t: {pk: self._rows[t][pk] for pk in sorted(self._rows[t])} for t in self.options.tables}
+        by_table = {TABLES[t]: r for t, r in rows.items()}
+        for msg in self._debezium.snapshot(by_table, hlc, hlc.wall + 50_000_000):
+            self._stats[msg.table]["row_messages"] += 1
+            yield msg
+
     def _pick_op(self, table: str) -> str:
         w_ins, w_upd, w_del = self.options.mix
         if not len(self._live[table]):
             return "insert"
         return self._op_rng.choices(OPS, weights=(w_ins, w_upd, w_del))[0]
 
-    def _one_change(self) -> Iterator[SimMessage]:
+    def _one_change(self, streamed: bool = True) -> Iterator[SimMessage]:
         table = self._op_rng.choice(self.options.tables)
         op = self._pick_op(table)
         rows, live = self._rows[table], self._live[table]
@@ -183,7 +192,8 @@ class ChangefeedSimulator:
         stat = {"insert": "inserts", "update": "updates", "delete": "deletes"}[op]
         self._stats[table][stat] += 1
         hlc = self._clock.tick()
-        yield from self._row_messages(table, op, pk, before, after, hlc)
+        if streamed:
+            yield from self._row_messages(table, op, pk, before, after, hlc)
 
     def _new_row(self, table: str) -> dict[str, Any]:
         if table == "users":
@@ -211,149 +221,30 @@ class ChangefeedSimulator:
     def _row_messages(
         self, table: str, op: str, pk: str, before: dict[str, Any] | None, after: dict[str, Any] | None, hlc: HLC
     ) -> Iterator[SimMessage]:
-        t = TABLES[table]
-        key_row = after if after is not None else before
-        assert key_row is not None
         ts_ns = hlc.wall + self._meta_rng.randint(5_000_000, 400_000_000)
-        for family, cols in self._families(table):
-            if op == "update" and all(before[c] == after[c] for c in cols):  # type: ignore[index]
-                continue  # CockroachDB only sees the column families whose KV changed.
-            fam_after = None if after is None else {c: after[c] for c in cols}
-            fam_before = None if before is None else {c: before[c] for c in cols}
-            value, key_text = self._encode_value(t, op, key_row, fam_before, fam_after, cols, hlc, ts_ns)
-            topic = self._topic(table, family)
-            data, ordering_key = self._wrap(key_text, value, topic)
-            attrs = {"TABLE_NAME": table} if self.options.with_table_name_attribute else {}
+        letter = {"insert": "c", "update": "u", "delete": "d"}[op]
+        if self._debezium is not None:
+            messages: Iterator[SimMessage] = iter(
+                [self._debezium.change(TABLES[table], letter, before, after, hlc, pk, ts_ns)]
+            )
+        else:
+            messages = self._crdb.row_messages(TABLES[table], letter, pk, before, after, hlc, ts_ns)
+        for msg in messages:
             self._stats[table]["row_messages"] += 1
-            yield SimMessage(
-                topic,
-                table,
-                data,
-                attrs,
-                ordering_key,
-                "row",
-                {"insert": "c", "update": "u", "delete": "d"}[op],
-                key_text,
-                str(hlc),
-                pk,
-            )
-
-    def _encode_value(
-        self,
-        t: Table,
-        op: str,
-        key_row: Mapping[str, Any],
-        before: dict | None,
-        after: dict | None,
-        cols: tuple[str, ...],
-        hlc: HLC,
-        ts_ns: int,
-    ) -> tuple[Any, str]:
-        o = self.options
-        pk_list = [key_row[c] for c in t.pk]
-        if o.envelope == "wrapped":
-            value: dict[str, Any] = {"after": after}
-            if o.diff:
-                value["before"] = before
-            if o.key_in_value:
-                value["key"] = pk_list
-            if o.updated:
-                value["updated"] = str(hlc)
-            if o.mvcc_timestamp:
-                value["mvcc_timestamp"] = str(hlc)
-            return value, crdb_json(pk_list)
-        if o.envelope == "bare":
-            # A bare delete still names every column: key columns keep their value, the rest null.
-            value = dict(after) if after is not None else {c: (key_row[c] if c in t.pk else None) for c in cols}
-            meta: dict[str, Any] = {}
-            if o.updated:
-                meta["updated"] = str(hlc)
-            if o.mvcc_timestamp:
-                meta["mvcc_timestamp"] = str(hlc)
-            if o.key_in_value:
-                meta["key"] = pk_list
-            if meta:
-                value["__crdb__"] = meta
-            return value, crdb_json(pk_list)
-        return self._encode_enriched(t, op, key_row, before, after, cols, hlc, ts_ns)
-
-    def _encode_enriched(
-        self,
-        t: Table,
-        op: str,
-        key_row: Mapping[str, Any],
-        before: dict | None,
-        after: dict | None,
-        cols: tuple[str, ...],
-        hlc: HLC,
-        ts_ns: int,
-    ) -> tuple[Any, str]:
-        o = self.options
-        key_obj = {c: key_row[c] for c in t.pk}
-        payload: dict[str, Any] = {
-            "after": after,
-            "op": {"insert": "c", "update": "u", "delete": "d"}[op],
-            "ts_ns": ts_ns,
-        }
-        if o.diff:
-            payload["before"] = before
-        if o.key_in_value:
-            payload["key"] = key_obj
-        if "source" in o.enriched_properties:
-            source: dict[str, Any] = dict(self._source_static, primary_keys=list(t.pk), table_name=t.name)
-            if o.updated:
-                source["ts_hlc"] = str(hlc)
-                source["ts_ns"] = hlc.wall
-            if o.mvcc_timestamp:
-                source["mvcc_timestamp"] = str(hlc)
-            payload["source"] = source
-        if "schema" not in o.enriched_properties:
-            return payload, crdb_json(key_obj)
-        col_defs = [t.column(c) for c in cols]
-        key_cols = [t.column(c) for c in t.pk]
-        fields: list[dict[str, Any]] = []
-        if o.diff:
-            fields.append(struct_schema("before", f"{t.name}.before.value", col_defs, True))
-        fields.append(struct_schema("after", f"{t.name}.after.value", col_defs, False))
-        if "source" in o.enriched_properties:
-            fields.append(source_schema())
-        if o.key_in_value:
-            fields.append(struct_schema("key", f"{t.name}.key", key_cols, False))
-        fields += [
-            {"field": "ts_ns", "optional": False, "type": "int64"},
-            {"field": "op", "optional": False, "type": "string"},
-        ]
-        schema = {"fields": fields, "name": "cockroachdb.envelope", "optional": False, "type": "struct"}
-        key = {"payload": key_obj, "schema": struct_schema(None, f"{t.name}.key", key_cols, False)}
-        return {"payload": payload, "schema": schema}, crdb_json(key)
-
-    def _wrap(self, key_text: str, value: Any, topic: str) -> tuple[bytes, str]:
-        """Build the Pub/Sub body and ordering key; both sink generations are built here."""
-        if self.options.legacy_wrapper:
-            # Go's json.Marshal of json.RawMessage fields: compacted, HTML characters escaped.
-            key_c = crdb_json(json.loads(key_text, parse_float=Decimal), compact=True, escape_html=True)
-            body = (
-                '{"key":'
-                + key_c
-                + ',"value":'
-                + crdb_json(value, compact=True, escape_html=True)
-                + ',"topic":'
-                + json_string(topic, True)
-                + "}"
-            )
-            return body.encode("utf-8"), key_text
-        body = '{"Key":' + key_text + ',"Value":' + crdb_json(value) + ',"Topic":' + json_string(topic, True) + "}"
-        return body.encode("utf-8"), ""
+            yield msg
 
     def _resolved(self, hlc: HLC) -> Iterator[SimMessage]:
-        if self.options.envelope == "bare":
-            data = (f'{{"__crdb__":{{"resolved":"{hlc}"}}}}').encode()
+        if self._debezium is not None:  # TiCDC's watermarks (_check_producer allows no other)
+            messages = [
+                self._debezium.watermark(self._debezium.topic(t), t, hlc, hlc.wall + 10_000_000)
+                for t in self.options.tables
+            ]
         else:
-            data = (f'{{"resolved":"{hlc}"}}').encode()
-        for topic, table in self._topic_tables():
-            for t in [table] if table else self.options.tables:
+            messages = list(self._crdb.resolved(hlc))
+        for msg in messages:
+            for t in [msg.table] if msg.table else self.options.tables:
                 self._stats[t]["resolved"] += 1
-            yield SimMessage(topic, table, data, {}, "", "resolved", "", "", str(hlc), "")
+            yield msg
 
     # ---- results
     def ground_truth(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -367,8 +258,20 @@ class ChangefeedSimulator:
         others, parsed JSON for JSONB and arrays (JSON numbers: ``int`` or ``Decimal``), ``None``
         for NULL (JSON null in a JSONB column too). With column families the row is whole. Deleted
         rows are absent. The result is a deep copy.
+
+        For another ``producer`` the values are those it delivers
+        (:func:`~crdb_pubsub.tools.simulator.debezium.delivered_value`: a TIMESTAMP is a BIGINT of
+        microseconds; in MySQL and TiDB a non-finite FLOAT is NULL).
         """
-        return _deep_copy(self._rows)
+        if self._debezium is None:
+            return _deep_copy(self._rows)
+        return {
+            table: {
+                pk: {c.name: delivered_value(self.producer, c, row[c.name]) for c in TABLES[table].columns}
+                for pk, row in rows.items()
+            }
+            for table, rows in _deep_copy(self._rows).items()
+        }
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Return the counts per table.
@@ -411,9 +314,10 @@ class ChangefeedSimulator:
             raise ValueError(f"shuffle_window: expected an int >= 0, got {shuffle_window!r}")
         if not isinstance(duplicate_fraction, (int, float)) or not 0.0 <= duplicate_fraction <= 1.0:
             raise ValueError(f"duplicate_fraction: expected 0.0..1.0, got {duplicate_fraction!r}")
-        if self.options.legacy_wrapper and not ordering_enabled(publisher):
+        if self.uses_ordering_keys and not ordering_enabled(publisher):
+            what = "legacy_wrapper" if self.options.legacy_wrapper else "producer"
             raise ValueError(
-                "legacy_wrapper: the publisher must enable message ordering (make_publisher(host, ordering=True))"
+                f"{what}: the publisher must enable message ordering (make_publisher(host, ordering=True))"
             )
         if create_topics:
             ensure_topics(publisher, project, self.topics())
@@ -431,6 +335,11 @@ class ChangefeedSimulator:
         report.stats = self.stats()
         return report
 
+    @property
+    def uses_ordering_keys(self) -> bool:
+        """Whether the messages carry ordering keys (the legacy sink's, Debezium Server's)."""
+        return self.options.legacy_wrapper or self.producer in ("debezium-postgres", "debezium-mysql")
+
     def _stats_total(self) -> int:
         return sum(s["row_messages"] + s["resolved"] for s in self._stats.values())
 
@@ -441,3 +350,39 @@ def _deep_copy(v: Any) -> Any:
     if isinstance(v, list):
         return [_deep_copy(x) for x in v]
     return v  # str, int, Decimal, float, bool and None are immutable
+
+
+_CRDB_ONLY = {
+    "envelope": "wrapped",
+    "enriched_properties": None,
+    "diff": False,
+    "updated": False,
+    "mvcc_timestamp": False,
+    "key_in_value": False,
+    "column_families": False,
+    "full_table_name": False,
+    "topic_name": None,
+    "legacy_wrapper": False,
+    "with_table_name_attribute": False,
+}
+
+
+def _check_producer(producer: str, snapshot_rows: Any, resolved_every: Any, given: Mapping[str, Any]) -> None:
+    """Check ``producer`` and its options: the CockroachDB options are CockroachDB's alone."""
+    if producer not in ("cockroachdb", *PRODUCERS):
+        raise ValueError(f"producer: expected one of {('cockroachdb', *PRODUCERS)}, got {producer!r}")
+    if isinstance(snapshot_rows, bool) or not isinstance(snapshot_rows, int) or snapshot_rows < 0:
+        raise ValueError(f"snapshot_rows: expected an int >= 0, got {snapshot_rows!r}")
+    if producer == "cockroachdb":
+        if snapshot_rows:
+            raise ValueError("snapshot_rows: a Debezium feed's snapshot; CockroachDB's initial scan is not simulated")
+        return
+    for name, default in _CRDB_ONLY.items():
+        if given[name] not in (default, "", ()):
+            raise ValueError(f"{name}: a CockroachDB changefeed option, not for producer={producer!r}")
+    if resolved_every and producer != "ticdc":
+        raise ValueError(
+            f"resolved_every: {producer} sends no resolved timestamps (TiCDC's watermarks: producer='ticdc')"
+        )
+    if snapshot_rows and producer == "ticdc":
+        raise ValueError("snapshot_rows: TiCDC's changefeeds start at a timestamp, without a snapshot")

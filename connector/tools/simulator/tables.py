@@ -113,14 +113,22 @@ TABLES: dict[str, Table] = {
 }
 
 
-def spark_schemas(tables: Sequence[str] | None = None) -> dict[str, str]:
-    """Spark DDL of the movr tables, from their CockroachDB column types (what apply types them with)."""
+def spark_schemas(tables: Sequence[str] | None = None, producer: str = "cockroachdb") -> dict[str, str]:
+    """Spark DDL of the movr tables as ``producer`` sends them (what apply types them with).
+
+    From their CockroachDB column types; for Debezium and TiCDC a TIMESTAMP is a BIGINT of
+    microseconds (MicroTimestamp) and, from MySQL and TiDB, an array a JSON text (STRING).
+    """
     from ...apply import ddl_from_crdb_types
+    from .debezium import debezium_spark_type
+
+    def sql(c: Column) -> str:
+        if producer != "cockroachdb" and (other := debezium_spark_type(producer, c)):
+            return other
+        return f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql
 
     return {
-        name: ddl_from_crdb_types(
-            {c.name: (f"DECIMAL({c.precision},{c.scale})" if c.sql == "DECIMAL" else c.sql) for c in t.columns}
-        )
+        name: ddl_from_crdb_types({c.name: sql(c) for c in t.columns})
         for name, t in TABLES.items()
         if tables is None or name in tables
     }
