@@ -127,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 apply(m, Path(tmp), args.checkout)
         print(f"{len(mutants)} mutants apply")
         return 0
+    # Every stage must pass on the source unchanged, or a mutant "killed" proves nothing.
+    base = run(Mutant("none", mutants[0].file, mutants[0].old, mutants[0].old, ""), args.tier, args.jobs, args.checkout)
+    if base.killed_by:
+        print(f"the source unchanged fails {base.killed_by}: {base.detail}")
+        return 2
+    print(f"{base.seconds:6.0f} s  the source unchanged passes every stage", flush=True)
     outcomes = []
     for m in mutants:
         o = run(m, args.tier, args.jobs, args.checkout)
