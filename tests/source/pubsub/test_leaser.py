@@ -225,3 +225,25 @@ def test_a_lease_as_short_as_its_slack_is_renewed_once_a_round():
     time.sleep(0.5)
     assert leaser.stop(timeout=2), "a renewal round did not end"
     assert 2 <= len(renewals) <= 10, f"{len(renewals)} renewals in 0.5 s"
+
+
+@pytest.mark.virtual_time
+def test_a_renewal_answered_after_the_proven_lease_ran_out_proves_nothing():
+    """A standard subscription answers OK to a renewal of a lease that lapsed: the message may have
+    been delivered again meanwhile, so the renewal extends the proof only if answered in time."""
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        time.sleep(3.0)  # answered 3 s after it was sent: after the proven lease (2 s) ran out
+        return AckResult(confirmed=list(ack_ids))
+
+    leaser = Leaser(renew, lease_seconds=60, max_lease_seconds=600)
+    now = time.monotonic()
+    late = Chunk("s", ["m"], ["a"], None, 1, 1, now, proven_until=now + 2.0)
+    leaser.add([late], 2.0)
+    leaser.extend([late], 60)
+    assert late.proven_until == now + 2.0, "a late answer proved a lease"
+    now = time.monotonic()
+    in_time = Chunk("s", ["n"], ["b"], None, 1, 1, now, proven_until=now + 10.0)
+    leaser.add([in_time], 10.0)
+    leaser.extend([in_time], 60)
+    assert in_time.proven_until >= now + 60
