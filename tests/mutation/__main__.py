@@ -138,10 +138,16 @@ def main(argv: list[str] | None = None) -> int:
         o = run(m, args.tier, args.jobs, args.checkout)
         outcomes.append(o)
         verdict = f"killed by {o.killed_by}: {o.detail}" if o.killed_by else "SURVIVED"
+        if not o.killed_by and m.equivalent:
+            verdict = f"survived, equivalent: {m.equivalent}"
         print(f"{o.seconds:6.0f} s  {m.name}  [{m.file}]  {verdict}", flush=True)
     killed = sum(o.killed_by is not None for o in outcomes)
-    print(f"{killed} of {len(outcomes)} mutants killed by the {args.tier} tier ({100 * killed / len(outcomes):.0f} %)")
-    return 0 if killed == len(outcomes) else 1
+    equivalent = sum(o.killed_by is None and bool(o.mutant.equivalent) for o in outcomes)
+    print(
+        f"{killed} of {len(outcomes)} mutants killed by the {args.tier} tier ({100 * killed / len(outcomes):.0f} %); "
+        f"{equivalent} survivor(s) shown equivalent"
+    )
+    return 0 if killed + equivalent == len(outcomes) else 1
 
 
 if __name__ == "__main__":

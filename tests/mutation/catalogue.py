@@ -18,6 +18,8 @@ class Mutant:
     old: str
     new: str
     why: str  # what it breaks, in the user's terms
+    # Why no test can kill it, where it changes nothing the source does (then it may survive).
+    equivalent: str = ""
 
 
 MUTANTS = [
@@ -171,6 +173,8 @@ MUTANTS = [
         "holds_keys = any(c.state != LATER for c in chunks)",
         "holds_keys = False",
         "an AvailableNow run on an ordered subscription ends with keys unread",
+        equivalent="the receiver hands back messages published before a cutoff only while it stops, when no answer "
+        "is read as evidence any more: every hand-back during a run is of later messages, which hold no key back",
     ),
     Mutant(
         "an ordered subscription's held messages not seen as outstanding",
