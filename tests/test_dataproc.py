@@ -249,7 +249,7 @@ def test_streaming_job_on_local_cluster_with_the_wheel(
         emulator_host,
         "--checkpoint",
         str(tmp_path / "checkpoint"),
-        "--state-dir",
+        "--tables",
         tables,
         "--simulator-schemas",
         "--available-now",
@@ -337,7 +337,7 @@ def test_streaming_job_bad_arguments_exit_2():
             "x",
             "--checkpoint",
             "c",
-            "--state-dir",
+            "--tables",
             "s",
             "--option",
             "noequals",
@@ -362,7 +362,7 @@ def test_streaming_job_refuses_a_source_state_dir_that_overlaps(state_dir):
             "x",
             "--checkpoint",
             "gs://b/cdc/checkpoint",
-            "--state-dir",
+            "--tables",
             "gs://b/cdc/tables",
             "--option",
             f"stateDir={state_dir}",
@@ -372,3 +372,15 @@ def test_streaming_job_refuses_a_source_state_dir_that_overlaps(state_dir):
         timeout=60,
     )
     assert res.returncode == 2 and "prefix of its own" in res.stderr, res.stderr
+
+
+def test_streaming_job_still_takes_the_tables_by_their_former_flag():
+    """``--state-dir`` named the Delta tables before ``--tables``; commands written with it still run."""
+    res = subprocess.run(
+        [sys.executable, str(JOB), "--subscriptions", "x", "--checkpoint", "gs://b/cdc/checkpoint"]
+        + ["--state-dir", "gs://b/cdc/tables", "--option", "stateDir=gs://b/cdc/tables/source"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "overlaps --tables gs://b/cdc/tables" in res.stderr, res.stderr
