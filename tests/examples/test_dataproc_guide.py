@@ -1,5 +1,5 @@
-"""The Dataproc guide runs as written: every ``gcloud`` command of examples/dataproc/README.md and
-docs/dataproc.md is one gcloud has, with flags Google documents for it.
+"""The Dataproc guide runs as written: every ``gcloud`` command of examples/dataproc/README.md,
+docs/dataproc.md and docs/producer.md is one gcloud has, with flags Google documents for it.
 
 No command is run (no project, no credentials here): each is parsed and checked against
 :data:`FLAGS`, a table of the flags each command's reference page lists (the URL beside it; the
@@ -22,7 +22,7 @@ import crdb_pubsub
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "examples" / "dataproc" / "README.md"
-PAGES = [GUIDE, ROOT / "docs" / "dataproc.md"]
+PAGES = [GUIDE, ROOT / "docs" / "dataproc.md", ROOT / "docs" / "producer.md"]
 REF = "https://cloud.google.com/sdk/gcloud/reference/"
 
 # gcloud's global flags (https://cloud.google.com/sdk/gcloud/reference, "GCLOUD WIDE FLAGS").
@@ -46,6 +46,30 @@ FLAGS: dict[str, tuple[str, set[str]]] = {
     "projects add-iam-policy-binding": (REF + "projects/add-iam-policy-binding", _IAM_BINDING),
     "pubsub subscriptions add-iam-policy-binding": (REF + "pubsub/subscriptions/add-iam-policy-binding", _IAM_BINDING),
     "pubsub topics add-iam-policy-binding": (REF + "pubsub/topics/add-iam-policy-binding", _IAM_BINDING),
+    "pubsub topics create": (
+        REF + "pubsub/topics/create",
+        {"--labels", "--message-retention-duration", "--message-storage-policy-allowed-regions", "--kms-key"},
+    ),
+    "pubsub subscriptions create": (
+        REF + "pubsub/subscriptions/create",
+        {
+            "--topic",
+            "--topic-project",
+            "--ack-deadline",
+            "--enable-exactly-once-delivery",
+            "--enable-message-ordering",
+            "--expiration-period",
+            "--labels",
+            "--message-filter",
+            "--message-retention-duration",
+            "--retain-acked-messages",
+            "--dead-letter-topic",
+            "--dead-letter-topic-project",
+            "--max-delivery-attempts",
+            "--min-retry-delay",
+            "--max-retry-delay",
+        },
+    ),
     "storage buckets add-iam-policy-binding": (REF + "storage/buckets/add-iam-policy-binding", _IAM_BINDING),
     "storage cp": (
         REF + "storage/cp",
