@@ -8,14 +8,18 @@ and on the repository's pages (tests/source/test_docs.py checks them).
 
 from __future__ import annotations
 
+import configparser
 import re
 from pathlib import Path
 
 from setuptools import setup
 
-# PLACEHOLDER: no public address of the repository is known yet. Set the real one here, and the
-# project URLs and the README's links on the package index page follow it.
-REPOSITORY_URL = "https://github.com/PLACEHOLDER-OWNER/crdb-pubsub"
+HERE = Path(__file__).parent
+_CFG = configparser.ConfigParser()
+_CFG.read(HERE / "setup.cfg", encoding="utf-8")
+# The repository's address lives once, as setup.cfg's `url`; the project URLs and the README's
+# links on the package index page follow it.
+REPOSITORY_URL = _CFG["metadata"]["url"].rstrip("/")
 BRANCH = "main"
 
 _LINK = re.compile(r"(\]\s?)\(([^)\s]+)\)")  # ](target) of an inline link or image
@@ -37,8 +41,7 @@ def absolute_links(markdown: str, base: str = REPOSITORY_URL, branch: str = BRAN
 
 
 setup(
-    long_description=absolute_links((Path(__file__).parent / "README.md").read_text(encoding="utf-8")),
-    url=REPOSITORY_URL,
+    long_description=absolute_links((HERE / "README.md").read_text(encoding="utf-8")),
     project_urls={
         "Source": REPOSITORY_URL,
         "Documentation": f"{REPOSITORY_URL}/tree/{BRANCH}/docs",

@@ -2,10 +2,12 @@
 
 ``pyspark`` is not a dependency of ``crdb-pubsub``: on a cluster (Dataproc's images put Spark's
 ``python/`` on the path, not a pip package) installing the package must never bring a second Spark.
-The ``spark`` extra (``pip install 'crdb-pubsub[spark]'``) brings one where there is none. What needs
-Spark (the data source, the decoder, the CDC apply) calls :func:`require_pyspark` before it imports
-pyspark, so that a missing or older Spark fails with one line that says what is missing and how to
-get it, instead of a ``ModuleNotFoundError`` deep inside an import.
+The ``spark`` extra (``pip install '.[spark]'`` in a clone) brings one where there is none, and so
+does ``pip install 'pyspark>=4.0,<5'`` (what the error says: it works however the package was
+installed). What needs Spark (the data source, the decoder, the CDC apply) calls
+:func:`require_pyspark` before it imports pyspark, so that a missing or older Spark fails with one
+line that says what is missing and how to get it, instead of a ``ModuleNotFoundError`` deep inside
+an import.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import os
 import re
 
 MINIMUM = (4, 0)
-HOW = "pip install 'crdb-pubsub[spark]', or run where Spark 4 is installed (e.g. Dataproc image 3.0, Serverless runtime 3.0)"
+HOW = (
+    "pip install 'pyspark>=4.0,<5', or run where Spark 4 is installed (e.g. Dataproc image 3.0, Serverless runtime 3.0)"
+)
 
 
 def require_pyspark() -> None:

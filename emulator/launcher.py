@@ -573,7 +573,7 @@ def _start_docker(*, port: int | None, project: str, timeout: float, t0: float, 
     except ImportError as exc:
         # An extra, so that executors install only what reading and decoding need.
         raise EmulatorUnavailable(
-            "a Docker engine answers, but testcontainers is not installed: pip install 'crdb-pubsub[emulator]'"
+            "a Docker engine answers, but testcontainers is not installed: pip install 'testcontainers>=4.0' (the emulator extra)"
         ) from exc
 
     if detached:

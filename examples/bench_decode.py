@@ -50,7 +50,7 @@ import crdb_pubsub
 from crdb_pubsub.tools.simulator import crdb_json
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"  # ../shared beside the repository, as CI lays it out
+CORPUS = ROOT / "tests" / "data" / "conformance"  # real bodies with their sources (its README.md)
 
 CITIES = ["amsterdam", "boston", "los angeles", "new york", "paris", "rome", "san francisco", "seattle"]
 COLORS = ["black", "blue", "green", "red", "yellow"]
@@ -156,7 +156,7 @@ def make_bodies(count: int, seed: int = 7, envelope: str = "wrapped") -> list[by
 #   ``updated``, ``diff`` where the envelope has it, resolved messages to every topic), as
 #   CockroachDB's Pub/Sub sink publishes it; Debezium: the same changes as PostgreSQL-connector
 #   events. Typed rows: the ``rides`` table alone with its Spark schema (one row schema per call);
-# * ``conformance``: the real bodies of ``../shared/conformance`` of that envelope, cycled; Pub/Sub
+# * ``conformance``: the real bodies of ``tests/data/conformance`` of that envelope, cycled; Pub/Sub
 #   bodies as they are, Kafka values that name their key and topic wrapped as the v2 sink does,
 #   Debezium fixtures compacted as the JSON converter writes them; docs illustrations with
 #   placeholders (not JSON), CSV bodies and values without a key are skipped (counted by reason);
@@ -529,17 +529,13 @@ def _minify(text: str) -> str:
     return "".join(t for t in re.findall(r'"(?:[^"\\]|\\.)*"|\s+|[^\s"]+', text) if not t.isspace())
 
 
-def conformance_bodies(shared: Path = SHARED) -> tuple[dict[str, list[bytes]], dict[str, int]]:
+def conformance_bodies(corpus: Path = CORPUS) -> tuple[dict[str, list[bytes]], dict[str, int]]:
     """The conformance bodies by the envelope ``decode_messages`` finds in them, as Pub/Sub delivers
     them; and how many entries were skipped, by reason."""
     by_env: dict[str, list[bytes]] = {}
     skipped: dict[str, int] = {}
     for name in ("crdb_examples.jsonl", "debezium_examples.jsonl"):
-        path = shared / "conformance" / name
-        if not path.is_file():
-            skipped["missing file"] = skipped.get("missing file", 0) + 1
-            continue
-        for line in path.read_text().splitlines():
+        for line in (corpus / name).read_text().splitlines():
             entry = json.loads(line)
             body = entry["body"]
             if name.startswith("debezium"):

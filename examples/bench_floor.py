@@ -1,6 +1,6 @@
 """The floor a Python receiver stands on: CPU per message of the least work any consumer does, beside the connector's own steps.
 
-Against fastpubsub (its own process, so its CPU is not counted) at no round trip, on one backlog
+Against ``examples/fastpubsub.py`` (its own process, so its CPU is not counted) at no round trip, on one backlog
 per figure (realistic changefeed messages, as ``bench_stream.py`` publishes):
 
   (0) the least a Python consumer does: raw Pull(1,000) and Acknowledge calls (no client library
@@ -15,7 +15,7 @@ of (0). Beside ``bench_stream.py``'s CPU per message by process kind (runner, wo
 says how much of each is the floor: (0) + (1) for the runner, (2) for the workers. The JVM's share
 is Spark's and is not measured here.
 
-    python examples/bench_floor.py --fastpubsub ../shared/tools/fastpubsub.py [--messages 200000]
+    python examples/bench_floor.py [--messages 200000]
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +59,6 @@ def _drain(channel, sub: str, n: int, work: Callable[[object], list[str]]) -> fl
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fastpubsub", required=True, type=Path, help="path to fastpubsub.py")
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
@@ -83,7 +81,7 @@ def main() -> None:
         held.append(batch)
         return ack_ids
 
-    proc, host = _server(args.fastpubsub, [])
+    proc, host = _server({})
     os.environ["PUBSUB_EMULATOR_HOST"] = host
     try:
         best = {"0": float("inf"), "1": float("inf"), "2": float("inf")}

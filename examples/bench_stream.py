@@ -1,6 +1,6 @@
 """Benchmark: the connector draining a backlog vs. a plain google-cloud-pubsub pull loop.
 
-One emulator, one topic, one subscription per run holding the same backlog (default 50,000 realistic
+One Pub/Sub server, one topic, one subscription per run holding the same backlog (default 50,000 realistic
 changefeed messages). Measured in the same run:
 
   (a) baseline: synchronous Pull (1,000 messages) + Acknowledge in a loop until the backlog is gone;
@@ -46,7 +46,8 @@ the figure.
 
     python examples/bench_stream.py [--messages 50000] [--option key=value ...] [--columns a,b,...]
 
-Where it runs: the embedded emulator, or the server at ``PUBSUB_EMULATOR_HOST`` (e.g. fastpubsub),
+Where it runs: ``examples/fastpubsub.py`` (an in-memory Pub/Sub server, started in a process of its
+own); the server at ``PUBSUB_EMULATOR_HOST`` when it is set; Google's emulator with ``--emulator``;
 or with ``--project P`` the real Pub/Sub service in project ``P`` through Application Default
 Credentials: it creates a topic and seven subscriptions named ``bench-<pid>-<time>...``, publishes
 the backlog (billed as any traffic), and deletes them at the end.
@@ -419,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the real Pub/Sub service in this project (Application Default Credentials; creates, bills, deletes)",
     )
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="extra source option")
+    ap.add_argument("--emulator", action="store_true", help="Google's Pub/Sub emulator instead of fastpubsub")
     ap.add_argument(
         "--subscription-ack-deadline",
         type=int,
@@ -442,9 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     import crdb_pubsub
-    from crdb_pubsub.emulator import emulator
+    from fastpubsub import bench_server
 
-    where = contextlib.nullcontext(None) if args.project else emulator(project=PROJECT)
+    where = contextlib.nullcontext(None) if args.project else bench_server(args.emulator, PROJECT)
     with where as host, _Resources(host, args.project or PROJECT, args.subscription_ack_deadline) as res:
         # Names unique to this run: a long-lived server (PUBSUB_EMULATOR_HOST, e.g. fastpubsub, or the
         # service) keeps an earlier run's topics, and CreateTopic on an existing name fails.

@@ -1,8 +1,8 @@
 """Benchmark on the service's terms: bench_stream.py against fastpubsub with a round trip and partial Pulls, beside the same at no round trip.
 
 The real service answers a Pull after a network round trip (tens of milliseconds from a Dataproc
-cluster in the same region), often with fewer messages than asked. fastpubsub (a measurement
-instrument kept outside the package) plays those terms: ``--rtt-ms``, ``--pull-cap``,
+cluster in the same region), often with fewer messages than asked. ``examples/fastpubsub.py`` (an
+in-memory Pub/Sub server, a measurement instrument outside the package) plays those terms: ``--rtt-ms``, ``--pull-cap``,
 ``--pull-fill``. For each round this script starts two fastpubsub servers, each in its own process,
 one with the given terms and one with none, and runs ``examples/bench_stream.py`` against each;
 then prints, per round and as medians: the connector's warm drain (b), ``receiver=executors``
@@ -10,8 +10,7 @@ then prints, per round and as medians: the connector's warm drain (b), ``receive
 subscriber (s), the ratio of (b) and (c) at the terms to the same at no round trip, and the CPU
 per message by process kind.
 
-    python examples/bench_terms.py --fastpubsub ../shared/tools/fastpubsub.py \\
-        --rtt-ms 25 --pull-cap 1000 --pull-fill 0.3 --messages 100000 --rounds 3
+    python examples/bench_terms.py --rtt-ms 25 --pull-cap 1000 --pull-fill 0.3 --messages 100000 --rounds 3
 """
 
 from __future__ import annotations
@@ -35,16 +34,11 @@ FIGURES = {
 CPU = re.compile(r"by process kind: runner ([\d.-]+) \+ workers ([\d.-]+) \+ JVM ([\d.-]+) = ([\d.-]+) us")
 
 
-def _server(tool: Path, terms: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(tool), "--port", "0", *terms], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"listening on (\S+)", line)
-        if m:
-            return proc, m.group(1)
-    raise RuntimeError(f"fastpubsub {terms} did not start")
+def _server(terms: dict[str, float]) -> tuple[subprocess.Popen, str]:
+    """fastpubsub in a process of its own (its CPU apart from the measured processes')."""
+    from fastpubsub import spawn
+
+    return spawn(0, **terms)
 
 
 def _bench(host: str, messages: int, alone: bool, extra: list[str]) -> dict[str, float]:
@@ -68,7 +62,6 @@ def _bench(host: str, messages: int, alone: bool, extra: list[str]) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fastpubsub", type=Path, required=True, help="path of fastpubsub.py")
     ap.add_argument("--rtt-ms", type=float, default=25.0)
     ap.add_argument("--pull-cap", type=int, default=1000)
     ap.add_argument("--pull-fill", type=float, default=0.3)
@@ -77,14 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="passed to bench_stream.py")
     ap.add_argument("--subscription-ack-deadline", type=int, default=60, help="passed to bench_stream.py")
     args = ap.parse_args(argv)
-    terms = ["--rtt-ms", str(args.rtt_ms), "--pull-cap", str(args.pull_cap), "--pull-fill", str(args.pull_fill)]
+    terms = {"rtt_ms": args.rtt_ms, "pull_cap": args.pull_cap, "pull_fill": args.pull_fill}
+    shown = f"--rtt-ms {args.rtt_ms} --pull-cap {args.pull_cap} --pull-fill {args.pull_fill}"
     extra = [f"--option={o}" for o in args.option]
     extra.append(f"--subscription-ack-deadline={args.subscription_ack_deadline}")
     rows: list[tuple[dict[str, float], dict[str, float]]] = []
     for i in range(args.rounds):
         runs = []
-        for server_terms, alone in ((terms, True), ([], False)):
-            proc, host = _server(args.fastpubsub, server_terms)
+        for server_terms, alone in ((terms, True), ({}, False)):
+            proc, host = _server(server_terms)
             try:
                 runs.append(_bench(host, args.messages, alone, extra))
             finally:
@@ -93,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         at, local = runs
         rows.append((at, local))
         print(
-            f"round {i + 1}: at {' '.join(terms)}: (b) {at['b']:,.0f} (c) {at['c']:,.0f} (a) {at['a']:,.0f} "
+            f"round {i + 1}: at {shown}: (b) {at['b']:,.0f} (c) {at['c']:,.0f} (a) {at['a']:,.0f} "
             f"(s) {at.get('s', 0):,.0f} msg/s; at rtt 0: (b) {local['b']:,.0f} (c) {local['c']:,.0f} "
             f"(a) {local['a']:,.0f}; (b) {at['b'] / local['b']:.2f}x, (c) {at['c'] / local['c']:.2f}x of rtt 0; "
             f"CPU/msg at the terms: runner {at['runner']:.1f} + workers {at['workers']:.1f} + JVM {at['jvm']:.1f} "

@@ -1,7 +1,7 @@
 """Benchmark of the transport alone: unary Pulls in flight vs. StreamingPull, at no round trip and on the service's terms.
 
-No Spark, no decoding: how fast a client drains a backlog from fastpubsub (a measurement instrument
-kept outside the package, run in a process of its own) and what it costs this process's CPU a
+No Spark, no decoding: how fast a client drains a backlog from ``examples/fastpubsub.py`` (an
+in-memory Pub/Sub server, a measurement instrument outside the package, run in a process of its own) and what it costs this process's CPU a
 message, for each way of pulling a receiver could use:
 
   (a) the plain loop: one unary Pull(1000), then Acknowledge its ack ids, in turn (the baseline);
@@ -32,14 +32,12 @@ and at the terms, client CPU per message at each, the rate at the terms over the
 over the plain loop's at the terms. The shared 2-core machine makes absolute rates noisy: the
 ratios measured in one round are the figures.
 
-    python examples/bench_transport.py --fastpubsub ../shared/tools/fastpubsub.py \\
-        --messages 100000 --rounds 2 --rtt-ms 25 --pull-cap 1000 --pull-fill 0.3
+    python examples/bench_transport.py --messages 100000 --rounds 2 --rtt-ms 25 --pull-cap 1000 --pull-fill 0.3
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import queue
 import resource
@@ -54,7 +52,6 @@ from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_TOOL = HERE.parent.parent / "shared" / "tools" / "fastpubsub.py"
 PROJECT = "bench"
 TOPIC = f"projects/{PROJECT}/topics/transport"
 PULL_MAX = 1000
@@ -339,23 +336,12 @@ def consumers(ks: list[int], streams: list[int], outstanding: list[int], library
     return out
 
 
-def _load_tool(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fastpubsub", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load fastpubsub from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fastpubsub"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fastpubsub", type=Path, default=DEFAULT_TOOL, help="path of fastpubsub.py")
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=400, help="bytes a message body")
     ap.add_argument("--rounds", type=int, default=2)
@@ -371,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-library", action="store_true", help="leave out (d)")
     args = ap.parse_args(argv)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    tool = _load_tool(args.fastpubsub)
+    sys.path.insert(0, str(HERE))
+    import fastpubsub as tool
+
     terms = dict(rtt_ms=args.rtt_ms, pull_cap=args.pull_cap, pull_fill=args.pull_fill, seed=args.seed)
     shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in terms.items())
     todo = consumers(args.pulls, args.streams, args.outstanding, not args.no_library)

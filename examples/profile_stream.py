@@ -1,10 +1,11 @@
 """Where a warm micro-batch query's time goes: Spark's per-phase durations, CPU per process kind,
 and optionally the JVM's and the Python processes' profiles.
 
-    PUBSUB_EMULATOR_HOST=127.0.0.1:PORT python examples/profile_stream.py --messages 200000 \\
+    python examples/profile_stream.py --messages 200000 \\
         [--jfr /tmp/warm.jfr] [--pyspy /tmp/pyspy] [--option key=value ...] [--repeat 1]
 
-One backlog per measured query on one topic (fastpubsub: ``shared/tools/fastpubsub.py``), a
+Against ``examples/fastpubsub.py`` in a process of its own (``PUBSUB_EMULATOR_HOST`` when set,
+Google's emulator with ``--emulator``). One backlog per measured query on one topic, a
 2,000-message warm-up query first, then ``--repeat`` warm queries (Trigger.AvailableNow into the
 noop sink), each reported with: msg/s, batches, the sum over its batches of Spark's
 ``durationMs`` phases (``latestOffset``, ``queryPlanning``, ``walCommit``, ``addBatch``,
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="option of every variant")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark conf")
     ap.add_argument("--no-baseline", action="store_true", help="skip (a), the plain pull(1000)+ack loop")
+    ap.add_argument("--emulator", action="store_true", help="Google's Pub/Sub emulator instead of fastpubsub")
     args = ap.parse_args(argv)
     common = dict(o.split("=", 1) for o in args.option)
     variants: list[tuple[str, dict[str, str]]] = []
@@ -268,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import crdb_pubsub
     from bench_stream import baseline
-    from crdb_pubsub.emulator import create_topic_and_subscription, emulator
+    from crdb_pubsub.emulator import create_topic_and_subscription
+    from fastpubsub import bench_server
 
-    with emulator(project=PROJECT) as host:
+    with bench_server(args.emulator, PROJECT) as host:
         tag = f"{os.getpid()}-{int(time.time())}"  # a long-lived fastpubsub keeps earlier runs' topics
         names = [f"a{r}" for r in range(args.repeat)] if not args.no_baseline else []
         names += [f"{name}-{r}" for r in range(args.repeat) for name, _ in variants]

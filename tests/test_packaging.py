@@ -23,7 +23,9 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 # How a user without Spark 4 is told to get it: the end of each of the one-line errors below.
-HOW = "pip install 'crdb-pubsub[spark]', or run where Spark 4 is installed (e.g. Dataproc image 3.0, Serverless runtime 3.0)"
+HOW = (
+    "pip install 'pyspark>=4.0,<5', or run where Spark 4 is installed (e.g. Dataproc image 3.0, Serverless runtime 3.0)"
+)
 NO_SPARK = f"ImportError: crdb-pubsub needs pyspark >= 4.0, and none is installed here: {HOW}"
 
 

@@ -1,7 +1,7 @@
 """``crdb-pubsub``: look at a changefeed's Pub/Sub messages, simulate one, run the emulator.
 
     crdb-pubsub tail --subscription projects/P/subscriptions/S [--limit 20] [--format table|json]
-    crdb-pubsub simulate --emulator-host 127.0.0.1:8085 --rows 1000 --updated --diff
+    crdb-pubsub simulate --emulator-host "$PUBSUB_EMULATOR_HOST" --rows 1000 --updated --diff
     eval "$(crdb-pubsub emulator start)"; crdb-pubsub emulator env; crdb-pubsub emulator stop
 
 Exit codes: 0 success; 1 an environment problem (no Application Default Credentials, permission

@@ -2,20 +2,21 @@
 
     spark-submit --py-files crdb_pubsub-*.whl streaming_job.py \\
         --subscriptions projects/P/subscriptions/users-spark,projects/P/subscriptions/rides-spark \\
-        --checkpoint gs://BUCKET/cdc/checkpoint --state-dir gs://BUCKET/cdc/tables \\
+        --checkpoint gs://BUCKET/cdc/checkpoint --tables gs://BUCKET/cdc/tables \\
         --option stateDir=gs://BUCKET/cdc/source-state \\
         --schema "users=id STRING, city STRING, balance DECIMAL(12,2)" --trigger-seconds 30
 
 Every micro-batch is applied with ``crdb_pubsub.apply`` (latest change per key by HLC, deletes as
-tombstones, exact DECIMAL/BIGINT) to one Delta Lake table per source table under ``--state-dir``
+tombstones, exact DECIMAL/BIGINT) to one Delta Lake table per source table under ``--tables``
 (delta-rs, so the ``deltalake`` package must be installed where the driver runs: the ``apply``
 extra), and one JSON line of counts is printed per batch
 (``{"event": "batch", ...}``); a bounded run (``--available-now``) ends with ``{"event": "done", ...}``.
 
 ``--option stateDir=gs://...`` is the *source's* state (its ledger, for exactly-once replay; with
-``--option receiver=executors`` the tasks' slices too), not ``--state-dir`` (the Delta tables): one
+``--option receiver=executors`` the tasks' slices too), not ``--tables`` (the Delta tables): one
 per query, under a prefix of its own, e.g. next to the checkpoint in the same bucket. The job
-refuses a stateDir that is, holds or lies inside the checkpoint or ``--state-dir``.
+refuses a stateDir that is, holds or lies inside the checkpoint or ``--tables``. (``--state-dir``,
+its former name, still works; it was too easy to take for the source's ``stateDir``.)
 Exit codes: 0 done (or stopped), 1 the query failed, 2 bad arguments.
 """
 
@@ -35,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--project", default=None, help="project of bare subscription ids")
     ap.add_argument("--checkpoint", required=True, help="checkpoint location (gs://... on Dataproc)")
     ap.add_argument(
-        "--state-dir",
+        "--tables",
+        "--state-dir",  # its former name, kept working
+        dest="tables",
         required=True,
         help="where the per-table Delta tables live (gs://... on Dataproc); not the source's stateDir option",
     )
@@ -83,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--trigger-seconds must be > 0")
     source_state = next((v for k, v in (o.split("=", 1) for o in args.option) if k.strip().lower() == "statedir"), None)
     if source_state:
-        for flag, other in (("--checkpoint", args.checkpoint), ("--state-dir", args.state_dir)):
+        for flag, other in (("--checkpoint", args.checkpoint), ("--tables", args.tables)):
             if _overlap(source_state, other):
                 ap.error(
                     f"stateDir={source_state} overlaps {flag} {other}: give the source's stateDir a "
@@ -159,9 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     writer = (
         changes.writeStream.queryName("crdb_pubsub_cdc_apply")
-        .foreachBatch(
-            foreach_batch_apply(args.state_dir, schemas, bare_op_column=args.bare_op_column, on_result=report)
-        )
+        .foreachBatch(foreach_batch_apply(args.tables, schemas, bare_op_column=args.bare_op_column, on_result=report))
         .option("checkpointLocation", args.checkpoint)
     )
     writer = (

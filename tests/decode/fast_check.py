@@ -24,14 +24,14 @@ from crdb_pubsub.decode import decoder
 from crdb_pubsub.decode.envelopes import registry
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared"  # ../shared beside the repository, as CI lays it out
+CORPUS = ROOT / "tests" / "data" / "conformance"  # tests/data/conformance/README.md
 sys.path.insert(0, str(ROOT / "examples"))
 import bench_decode  # noqa: E402
 
 CONFORMANCE = [
     json.loads(line)["body"].encode()
     for name in ("crdb_examples.jsonl", "debezium_examples.jsonl")
-    for line in (SHARED / "conformance" / name).read_text().splitlines()
+    for line in (CORPUS / name).read_text().splitlines()
 ]
 FAMILIES = bench_decode.ENVELOPES
 TYPED = bench_decode.TYPED_SCHEMA

@@ -21,9 +21,9 @@ import pytest
 
 from crdb_pubsub import decode_messages
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"  # ../shared beside the repository, as CI lays it out
-CRDB = [json.loads(line) for line in (SHARED / "conformance" / "crdb_examples.jsonl").read_text().splitlines()]
-DBZ = [json.loads(line) for line in (SHARED / "conformance" / "debezium_examples.jsonl").read_text().splitlines()]
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "conformance"  # tests/data/conformance/README.md
+CRDB = [json.loads(line) for line in (CORPUS / "crdb_examples.jsonl").read_text().splitlines()]
+DBZ = [json.loads(line) for line in (CORPUS / "debezium_examples.jsonl").read_text().splitlines()]
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -749,8 +749,9 @@ def test_asyncapi_seed_examples() -> None:
     assert (e["envelope"], e["op"]) == ("enriched", "c") and '"price": 29.99' in e["after"]
 
 
-def test_envelope_doc_seed_webhook_and_enriched_with_source() -> None:
-    """seed 001: the webhook batch example and the enriched_properties='source,schema' example."""
+def test_envelope_doc_webhook_and_enriched_with_source() -> None:
+    """CockroachDB's *Changefeed Message Envelope* page: the webhook batch example and the
+    enriched_properties='source,schema' example (tests/data/conformance/crdb_docs_enriched.jsonl)."""
     webhook = (
         '{"payload": [{"after" : {"a" : 1, "b" : "a"}, "key": [1], "topic": "foo"}, '
         '{"after": {"a": 1, "b": "b"}, "key": [1], "topic": "foo" }], "length":2}'
@@ -760,8 +761,7 @@ def test_envelope_doc_seed_webhook_and_enriched_with_source() -> None:
         ({"a": 1, "b": "a"}, "foo", [1]),
         ({"a": 1, "b": "b"}, "foo", [1]),
     ]
-    seed = (SHARED / "seeds" / "001_ad020d34d2c80437.txt").read_text().splitlines()
-    line = next(s.strip() for s in seed if s.strip().startswith('{"payload": {"after": {"category": "Electronics"'))
+    line = json.loads((CORPUS / "crdb_docs_enriched.jsonl").read_text())["body"]
     (row,) = decode_messages([line.encode()]).to_pylist()
     assert (row["envelope"], row["op"], row["table_name"]) == ("enriched", "c", "products")
     assert js(row["source"])["origin"] == "cockroachdb"

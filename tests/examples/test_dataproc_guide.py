@@ -1,5 +1,5 @@
-"""The Dataproc guide runs as written: every ``gcloud`` command of examples/dataproc/README.md and
-docs/dataproc.md is one gcloud has, with flags Google documents for it.
+"""The Dataproc guide runs as written: every ``gcloud`` command of examples/dataproc/README.md,
+docs/dataproc.md and docs/producer.md is one gcloud has, with flags Google documents for it.
 
 No command is run (no project, no credentials here): each is parsed and checked against
 :data:`FLAGS`, a table of the flags each command's reference page lists (the URL beside it; the
@@ -22,7 +22,7 @@ import crdb_pubsub
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "examples" / "dataproc" / "README.md"
-PAGES = [GUIDE, ROOT / "docs" / "dataproc.md"]
+PAGES = [GUIDE, ROOT / "docs" / "dataproc.md", ROOT / "docs" / "producer.md"]
 REF = "https://cloud.google.com/sdk/gcloud/reference/"
 
 # gcloud's global flags (https://cloud.google.com/sdk/gcloud/reference, "GCLOUD WIDE FLAGS").
@@ -46,6 +46,30 @@ FLAGS: dict[str, tuple[str, set[str]]] = {
     "projects add-iam-policy-binding": (REF + "projects/add-iam-policy-binding", _IAM_BINDING),
     "pubsub subscriptions add-iam-policy-binding": (REF + "pubsub/subscriptions/add-iam-policy-binding", _IAM_BINDING),
     "pubsub topics add-iam-policy-binding": (REF + "pubsub/topics/add-iam-policy-binding", _IAM_BINDING),
+    "pubsub topics create": (
+        REF + "pubsub/topics/create",
+        {"--labels", "--message-retention-duration", "--message-storage-policy-allowed-regions", "--kms-key"},
+    ),
+    "pubsub subscriptions create": (
+        REF + "pubsub/subscriptions/create",
+        {
+            "--topic",
+            "--topic-project",
+            "--ack-deadline",
+            "--enable-exactly-once-delivery",
+            "--enable-message-ordering",
+            "--expiration-period",
+            "--labels",
+            "--message-filter",
+            "--message-retention-duration",
+            "--retain-acked-messages",
+            "--dead-letter-topic",
+            "--dead-letter-topic-project",
+            "--max-delivery-attempts",
+            "--min-retry-delay",
+            "--max-retry-delay",
+        },
+    ),
     "storage buckets add-iam-policy-binding": (REF + "storage/buckets/add-iam-policy-binding", _IAM_BINDING),
     "storage cp": (
         REF + "storage/cp",
@@ -248,27 +272,38 @@ def test_the_files_and_the_package_named_exist():
     assert settings["VERSION"] == crdb_pubsub.__version__
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    dist = cfg["metadata"]["name"].replace("-", "_")
     extras = {k.strip() for k in cfg["options.extras_require"]}
-    wheel = f"{dist}-$VERSION-py3-none-any.whl"
     for _, command in _all_commands():
         name, flags, args = _parse(command)
         if name == "storage cp":
             for src in args[:-1]:
-                if src.startswith("dist/"):
-                    assert src == f"dist/{wheel}", src
-                else:
-                    assert (ROOT / src).is_file(), src
+                # The wheelhouse is the build script's default output; everything else is in the clone.
+                assert src == "dist/wheelhouse" or (ROOT / src).is_file(), src
         for flag in flags:
             for path in re.findall(r"gs://\$BUCKET/cdc/code/([\w.$-]+)", flag) + [
                 a.rsplit("/", 1)[-1] for a in args if a.startswith("gs://$BUCKET/cdc/code/")
             ]:
-                assert path == wheel or (ROOT / "examples" / "dataproc" / path).is_file(), path
+                assert (ROOT / "examples" / "dataproc" / path).is_file(), path
+    build = (ROOT / "examples/dataproc/build-wheelhouse.sh").read_text()
+    assert '"${1:-$ROOT/dist/wheelhouse}"' in build and '"$wheel[apply]"' in build
     for text in (
         (ROOT / "examples/dataproc/Dockerfile").read_text(),
         (ROOT / "examples/dataproc/install-crdb-pubsub.sh").read_text(),
     ):
-        assert f"{dist}-*.whl" in text
-        for extra in re.findall(r"\.whl\)?\"?\)?\[(\w+)\]", text):
+        # From the wheelhouse alone: no index, on the cluster or in the container.
+        assert re.search(r"pip install [^\n]*--no-index --find-links [^\n]*'crdb-pubsub\[apply\]'", text), text[:200]
+        for extra in re.findall(r"'crdb-pubsub\[(\w+)\]'", text):
             assert extra in extras, extra
     assert "apply" in extras  # deltalake, which the job's apply needs
+
+
+def test_the_wheelhouse_the_cluster_installs_is_the_one_the_guide_uploads():
+    """The metadata key the cluster is created with is the one the initialization action reads,
+    and it names the folder step 2 copies the wheelhouse to."""
+    script = (ROOT / "examples/dataproc/install-crdb-pubsub.sh").read_text()
+    (key,) = set(re.findall(r"metadata (crdb-pubsub-wheelhouse)", script))
+    uploads = [c for _, c in _all_commands() if c.startswith("gcloud storage cp --recursive dist/wheelhouse")]
+    (upload,) = uploads
+    folder = shlex.split(upload)[-1].rstrip("/") + "/wheelhouse"
+    creates = [c for _, c in _all_commands() if _parse(c)[0] == "dataproc clusters create"]
+    assert creates and all(f"--metadata={key}={folder}" in c.replace('"', "") for c in creates), creates

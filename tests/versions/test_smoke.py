@@ -4,9 +4,10 @@ the emulator: an AvailableNow drain, a failing sink then a restart, a SIGKILL th
 The SIGKILL is one case a run, the receivers taking turns over the versions CI runs
 (``receiver=executors`` plans and commits through the same offset calls, so Spark's call order
 matters to it the same way; its SIGKILL case starts the query, restarts it and drains the rest with
-AvailableNow, so a separate executors drain adds only time): executors on 4.0 with Python 3.11 and
-on 4.2, driver on 4.0 with Python 3.12 and on 4.1, so each of Spark's two call orders (4.0/4.1, 4.2+)
-and each Python sees both. The main suite kills both receivers on the pinned Spark, in depth.
+AvailableNow, so a separate executors drain adds only time): executors on 4.0 with Python 3.11, on
+4.1 with 3.12 and on 4.2, driver on 4.0 with Python 3.12, so each of Spark's two call orders (4.0/4.1,
+4.2+) and each Python sees both (4.2+ and 3.11 see the driver killed in the main suite, which kills
+both receivers on the pinned Spark, in depth).
 
 On Spark 4.0/4.1 Trigger.AvailableNow runs as a single batch and Spark tells the source of that
 batch's commit only at the next run's first call, so the drain is two runs there: the second
