@@ -1,6 +1,7 @@
 """Pub/Sub as its contract allows it to behave, for the simulation (on :mod:`.scheduler`'s clock).
 
-Only the freedoms the service documents (NOTES.md section 9), each drawn from the seed:
+Only the freedoms the service documents (Pub/Sub's subscriber overview, exactly-once delivery,
+ordering and pull pages; docs/guarantees.md, 'The simulation'), each drawn from the seed:
 
 * **Delivery**: at-least-once; a Pull answers 1..min(asked, available) messages (never more than
   1,000), in any order within the answer, or waits for messages until its deadline and then answers

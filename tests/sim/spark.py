@@ -5,7 +5,8 @@ reader, in its process), the driver-side Python runner (its own process: the rea
 state and threads live there), and one process per task attempt (a Python worker on an executor).
 The checkpoint (:class:`Logs`) and the sink outlive it; the next app restarts from them.
 
-Spark's call order is each version's (``tests/spark_calls.py`` and NOTES.md section 3): 4.2+
+Spark's call order is each version's (``tests/spark_calls.py``, from each version's pyspark
+``python_streaming_source_runner`` and ``PythonMicroBatchStream``): 4.2+
 ``latestOffset(start, limit)``; 4.0/4.1 ``latestOffset()`` and, after a restart,
 ``partitions(X, X)`` for the newest offset-log entry first. The freedoms it plays, drawn per run
 (:class:`SparkTerms`):
