@@ -189,6 +189,8 @@ MUTANTS = [
         "done = sorted(b for b in self._sealed if b <= upto)",
         "done = sorted(b for b in self._sealed if b <= upto + 1)",
         "a batch acknowledged when it is planned, before Spark commits it",
+        equivalent="the protocol proves a commit of upto (acknowledge(upto)) the first time a latestOffset or commit "
+        "shows it, and latestOffset proves it before it plans upto + 1: no batch after upto is sealed then",
     ),
     # ------------------------------------------------------------ receiver=executors: tasks
     Mutant(
