@@ -46,7 +46,7 @@ PATHS = [
         "task: a failed pull handed back",
         S + "executors.task",
         "_pull_and_record",
-        "leased_until = pulled.hand_back()",
+        "leased_until = pulled.hand_back(rpc)",
     ),
     Path(
         "task: another attempt recorded the slice first",
