@@ -219,11 +219,16 @@ class _Pulled:
         self.kept = 0  # messages held (yielded, or held apart for the next run): what the share bounds
         self.kept_bytes = 0
         self.largest = 0  # the largest body seen: the byte share's estimate per message
+        self.sampled = 0  # messages whose size was seen
         self.handed_back = 0
         self.pulled_at: float | None = None
         self.held = Held()  # what it holds, by subscription and id: a delivery again refreshes its row
         self.evidence: dict[str, _Evidence] = {s: _Evidence() for s in order.subscriptions}
         self.unextended: list[Chunk] = []  # the keeper extends them at once; proven by the end (:meth:`extend_new`)
+
+    def sampling(self) -> bool:
+        """Whether fewer than :data:`FIRST_PULL_MESSAGES` messages' sizes are known (Pulls go one at a time)."""
+        return self.sampled < FIRST_PULL_MESSAGES
 
     def full(self) -> bool:
         return self.kept >= self.order.max_messages or self.kept_bytes >= self.order.max_bytes
@@ -232,14 +237,18 @@ class _Pulled:
         """How many messages the next Pull asks for; 0: none now (the Pulls in flight ask for what fits).
 
         Its part, one of ``pulls`` in flight, of what fits the share's count and bytes, and no more
-        than the ``asked`` by the Pulls in flight leave. Before any message's size is known, one
-        Pull at a time asks for a few. Call it only while the share is not :meth:`full`.
+        than the ``asked`` by the Pulls in flight leave. Until a few messages' sizes are known
+        (:meth:`sampling`), one Pull at a time asks for a few. Call it only while the share is not
+        :meth:`full`.
         """
         count = self.order.max_messages - self.kept
         if not self.largest:
             # No more than the byte share holds at the largest message Pub/Sub allows.
             return 0 if asked else max(1, min(count, FIRST_PULL_MESSAGES, self.order.max_bytes // MAX_MESSAGE_BYTES))
         fits = min(count, (self.order.max_bytes - self.kept_bytes) // self.largest)
+        if self.sampling():
+            # The largest of one or two messages is no estimate yet: a few more, sized by it.
+            return 0 if asked else max(1, min(fits, FIRST_PULL_MESSAGES - self.sampled))
         free = fits - asked
         if free <= 0:
             # Less than one message of the largest size fits the bytes: one more, alone (the
@@ -260,6 +269,7 @@ class _Pulled:
         evidence.last_oldest_us = int(publish.min())
         sizes = body_lengths(batch.column(0))
         self.largest = max(self.largest, int(sizes.max()))
+        self.sampled += len(mids)
         deadline = self.order.deadlines.get(sub, 10)
         proven = sent_mono + deadline
         # A message delivered to this task before refreshes its row (both ack ids are acknowledged
@@ -480,6 +490,8 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
     rules = {s: Concurrency(_LEARNED.get(s, START), time.monotonic()) for s in order.subscriptions}
     # Likewise the size of its messages: the first Pull is sized by the byte share, not a guess.
     out.largest = max([out.largest, *(_SIZES.get(s, 0) for s in order.subscriptions)])
+    if out.largest:
+        out.sampled = FIRST_PULL_MESSAGES  # the sizes the worker's last task saw are the estimate
     ordered = set(order.ordered)
     open_subs = list(order.subscriptions)
     # A share may fill on the first subscription's answers: the batches start with each in turn.
@@ -497,7 +509,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
                     sending = False
                     break
                 free = [s for s in open_subs if flight.by_sub[s] < slots(s)]
-                if not free or (not out.largest and flight.count):
+                if not free or (out.sampling() and flight.count):
                     break
                 ask = out.room(flight.asked, sum(slots(s) for s in open_subs))
                 if not ask:
@@ -508,7 +520,7 @@ def _pull(rpc: Rpc, order: SliceOrder, out: _Pulled, claim: Lease) -> None:
                     sub = open_subs[turn % len(open_subs)]
                 turn += 1
                 claim.check()
-                flight.send(sub, ask, probe=not out.largest)
+                flight.send(sub, ask, probe=out.sampling())
             if not flight.count:
                 break
             done = flight.next()

@@ -43,9 +43,10 @@ def test_what_pulls_in_flight_bring_after_the_share_filled_is_kept(fake, tmp_pat
     got, _ = read_slice(tmp_path, one_order(max_messages=500, max_bytes=20_000))
     assert slow.most >= 2
     delivered = [m for m in small + large if fake.deliveries[m]]
-    # The first Pull asks for one (no size known yet, and the byte share holds less than ten of
-    # Pub/Sub's largest messages); the next answer, mostly large ones, filled the share's bytes.
-    assert len(delivered) == 1 + 30 + 30
+    # The first Pulls, one at a time, learn the size from ten small messages (the first asks for
+    # one: the byte share holds less than ten of Pub/Sub's largest); the first answer of large
+    # ones filled the share's bytes.
+    assert len(delivered) == 10 + 30 + 30
     assert sorted(got, key=int) == delivered and len(set(got)) == len(got), "a message a Pull brought is not kept"
     assert not fake.nacks, "messages were handed back for lack of room"
     assert set(fake.unacked(SUB)) >= set(got)
