@@ -63,18 +63,21 @@ def _run(args: list[str], package: Path, checkout: Path, timeout: float) -> subp
 
 def stages(tier: str, jobs: int, checkout: Path = ROOT) -> list[tuple[str, list[str]]]:
     py = sys.executable
+    # The installed package's pytest plugin (the testing kit) would import the copy under test, which an
+    # older checkout's copy may not have; the stages use none of its fixtures.
+    pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:crdb_pubsub"]
     # An older checkout's simulation may not know --first: it then runs every seed.
     first = ["--first"] if "--first" in (checkout / "tests/sim/__main__.py").read_text() else []
-    out = [("findings", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/sim/test_findings.py"])]
+    out = [("findings", [*pytest, "-x", "tests/sim/test_findings.py"])]
     for mode, storage in PAIRS:
         seeds = f"0:{SEEDS[tier]}"
         sim = [py, "-m", "sim", "--mode", mode, "--storage", storage, "--seeds", seeds, "--jobs", str(jobs), *first]
         out.append((f"simulation {mode}/{storage}", sim))
-    unit = [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not integration", "tests/source"]
+    unit = [*pytest, "-x", "-m", "not integration", "tests/source"]
     out.append(("unit tests", [*unit, "-n", str(jobs)] if jobs > 1 else unit))
     if tier == "ci":
         out.append(
-            ("storage conformance", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/source/storage"])
+            ("storage conformance", [*pytest, "-x", "tests/source/storage"])
         )
     return out
 
