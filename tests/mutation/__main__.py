@@ -76,9 +76,7 @@ def stages(tier: str, jobs: int, checkout: Path = ROOT) -> list[tuple[str, list[
     unit = [*pytest, "-x", "-m", "not integration", "tests/source"]
     out.append(("unit tests", [*unit, "-n", str(jobs)] if jobs > 1 else unit))
     if tier == "ci":
-        out.append(
-            ("storage conformance", [*pytest, "-x", "tests/source/storage"])
-        )
+        out.append(("storage conformance", [*pytest, "-x", "tests/source/storage"]))
     return out
 
 
