@@ -164,7 +164,9 @@ class Leaser:
         Their entries would otherwise keep acknowledged chunks (their ack ids) alive until their
         renewal time, up to most of a lease after the acknowledgement.
         """
-        if len(self._queue) > 2 * len(self._chunks) + 8:
+        # Rebuilt once the stale entries outnumber the live ones (plus two): the cost, the queue's
+        # length, is spread over as many discards, and at most a few chunks stay pinned.
+        if len(self._queue) > 2 * len(self._chunks) + 2:
             self._queue = [e for e in self._queue if e[2] in self._chunks and e[0] == e[2].renew_at]
             heapq.heapify(self._queue)
 
