@@ -179,6 +179,9 @@ def _pull_and_record(
     except BaseException:
         keeper.stop(timeout=1.0)
         leased_until = pulled.hand_back(rpc)  # nothing was recorded: let Pub/Sub deliver them again at once
+        # A Pull answered after it gave up leased messages that no hand-back reaches: the retry
+        # waits them out as it waits out those whose hand-back failed.
+        leased_until = max([leased_until, *(e.shadow_until for e in pulled.evidence.values())])
         if leased_until:
             with contextlib.suppress(Exception):  # unreleased, the retry waits out a whole lease
                 claim.release(note={"leased_until": leased_until})  # for the retry (see above)

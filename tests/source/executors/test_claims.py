@@ -9,6 +9,7 @@ import dataclasses
 import time
 
 import pytest
+from google.api_core import exceptions as gexc
 
 from crdb_pubsub.source.executors import store, task
 from crdb_pubsub.source.executors.store import SliceInfo, SliceStore
@@ -89,6 +90,61 @@ def test_a_retry_that_takes_over_a_dead_attempts_claim_says_how_long_its_message
     info = SliceInfo.of(SliceStore(storage).read(1, 0).schema)
     assert info.subs[SUB].shadow_until >= t0 + 60, (
         f"shadow {info.subs[SUB].shadow_until - t0:.0f} s from the takeover, the subscription's deadline 60 s"
+    )
+
+
+class _FirstAnswerLost:
+    """The first Pull is served, its messages leased, and its answer lost: the client gets
+    DeadlineExceeded at its deadline (a Pull answered after its client gave up)."""
+
+    def __init__(self, fake) -> None:
+        self._pull = fake.pull
+        self.calls = 0
+        self.lost: list[str] = []
+        self.sent = 0.0
+        fake.pull = self
+
+    def __call__(self, sub, max_messages, timeout, return_immediately):
+        self.calls += 1
+        if self.calls > 1:
+            return self._pull(sub, max_messages, timeout, return_immediately)
+        self.sent = time.time()
+        self.lost = [m.mid for m in self._pull(sub, max_messages, timeout, return_immediately)]
+        time.sleep(timeout)
+        raise gexc.DeadlineExceeded("Deadline Exceeded")
+
+
+def test_an_attempt_that_lost_its_claim_tells_its_retry_how_long_a_lost_answer_leases_messages(
+    fake, tmp_path, monkeypatch
+):
+    """An attempt's first Pull is answered after it gave up (its messages leased to nobody for the
+    subscription's deadline, 60 s); the attempt then loses its claim (its renewals stall: a pause of
+    its process does the same), hands back what it holds and releases the claim for its retry,
+    noting until when what it could not hand back stays leased. The lost answer's messages are
+    among those: no empty answer of the retry before their lease lapses proves the subscription
+    drained (the simulation's executors/posix seed 127 once call pauses were drawn: an
+    AvailableNow run ended with 6 of 150 messages unread)."""
+
+    ttl, margin = 3.0, 0.5
+    monkeypatch.setattr(store, "CLAIM_TTL_SECONDS", ttl)
+    monkeypatch.setattr(store, "CLAIM_MARGIN_SECONDS", margin)
+    storage = open_storage(str(tmp_path))
+    monkeypatch.setattr(task, "_storage", lambda state_dir: _StalledRenewals(storage, stall=5.0))
+    fake.create_subscription(SUB, ack_deadline=60)
+    fake.publish(SUB, [b"x" * 100] * 5000)
+    lost = _FirstAnswerLost(fake)
+    SlowPulls(fake, lambda n: 0.25, cap=100, share=5000)
+    order = one_order(max_messages=5000, seconds=4.0)
+    with pytest.raises(LeaseLost, match="may have expired"):
+        read_slice(tmp_path, order)
+    assert lost.lost, "the lost answer brought nothing"
+    monkeypatch.setattr(task, "_storage", lambda state_dir: storage)
+    read_slice(tmp_path, order)  # the retry
+    info = SliceInfo.of(SliceStore(storage).read(1, 0).schema)
+    assert info.subs[SUB].last_sent < lost.sent + 60, "the retry came after the lost answer's leases lapsed"
+    assert info.subs[SUB].shadow_until >= lost.sent + 60, (
+        f"the retry's shadow ends {info.subs[SUB].shadow_until - lost.sent:.0f} s after the lost answer's Pull; "
+        "its messages stay leased to nobody for 60 s"
     )
 
 
