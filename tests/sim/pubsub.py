@@ -34,6 +34,7 @@ included). The service records what the checker needs: deliveries, effective ack
 from __future__ import annotations
 
 import itertools
+import logging
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class Message:
     let_go: set[str] = field(default_factory=set)  # ack ids its holders acknowledged or handed back (landed or not)
     client_acked: bool = False  # a client acknowledged it (later deliveries are dropped on arrival)
     late_at: float | None = None  # when an answer last passed it over for a newer one (None: delivered since)
+    # (passed over at, answer with it reached its client at) of every time it was passed over.
+    late_spans: list[tuple[float, float]] = field(default_factory=list)
     released: bool = False  # the service ended its lease (a key delivered again), not the clock
 
 
@@ -162,6 +165,13 @@ class SimPubSub:
         self.app_of: Callable[[Process | None], str | None] = lambda p: None
         self.on_call: Callable[[], None] | None = None  # before every RPC lands (the world's kill switch)
         self.network = Process("network", host="pubsub")  # carries requests that land late
+        # (chance a call, longest seconds): the caller's process is paused after it noted the
+        # call's time and before the client sent it (the call's deadline counts from the send).
+        self.call_pauses: tuple[float, float] = (0.0, 0.0)
+        # Pids of task attempts another attempt took the claim over from: paused past their claim
+        # (or dead), written off by the query, what they hold until they resume and hand it back
+        # counts against no bound (docs/guarantees.md, "Memory is bounded by the options").
+        self.written_off: set[int] = set()
         self.watch: set[str] = set()  # message ids whose story is kept in ``story`` (replays)
         self.story: list[str] = []
 
@@ -198,6 +208,28 @@ class SimPubSub:
             if m is not None:
                 m.let_go.add(a)
                 m.client_acked = m.client_acked or acked
+
+    def _arrived(self, delivered: list[tuple[str, Message]]) -> None:
+        """An answer reached its client (or was lost): what it brings is no longer passed over."""
+        for _, m in delivered:
+            if m.late_at is not None:
+                m.late_spans.append((m.late_at, self.sched.now))
+                m.late_at = None
+
+    def passed_over_between(self, since: float, start: float, end: float) -> set[str]:
+        """What an answer had passed over (at ``since`` or later) and not yet delivered at some
+        moment from ``start`` to ``end``; on an ordered subscription with its key's later messages
+        (see :meth:`delivered_late`)."""
+        out: set[str] = set()
+        for s in self.subs.values():
+            for m in s.messages.values():
+                spans = [*m.late_spans, *([(m.late_at, end)] if m.late_at is not None else [])]
+                if not any(a >= since and a <= end and b >= start for a, b in spans):
+                    continue
+                out.add(m.mid)
+                if s.ordered and m.key:
+                    out.update(x.mid for x in s.keys[m.key] if x.index > m.index)
+        return out
 
     def delivered_late(self, since: float) -> set[str]:
         """What an answer passed over for newer messages since ``since`` and that has not been
@@ -368,7 +400,6 @@ class SimPubSub:
             if self._held_by(m) and m.lease_until <= now and not m.released:
                 self.lapsed_while_held.append((now, m.mid, m.holder.name))  # type: ignore[union-attr]
             ack_id = f"{s.name.rsplit('/', 1)[-1]}:{next(self._ack_ids)}"
-            m.late_at = None
             m.released = False
             m.ack_id = ack_id
             m.lease_until = now + s.ack_deadline
@@ -386,15 +417,16 @@ class SimPubSub:
         self._note_held(s, now)
         return out
 
-    @staticmethod
-    def _held_by(m: Message) -> bool:
+    def _held_by(self, m: Message) -> bool:
         """Whether a live process holds ``m``'s newest delivery: it has neither acknowledged it nor
-        handed it back (nor queued either), whether or not its lease is still alive."""
+        handed it back (nor queued either), whether or not its lease is still alive; not a task
+        attempt the query wrote off (:attr:`written_off`)."""
         return (
             not m.acked
             and m.ack_id is not None
             and m.holder is not None
             and m.holder.alive
+            and m.holder.pid not in self.written_off
             and m.ack_id not in m.let_go
             and not m.client_acked
         )
@@ -416,6 +448,16 @@ class SimPubSub:
 
     # ---------------------------------------------------------------- RPCs (called in the caller's thread)
 
+    def _before_send(self) -> None:
+        """Maybe pause the caller's process before its call goes (:attr:`call_pauses`)."""
+        chance, longest = self.call_pauses
+        if chance and self.rng.random() < chance:
+            self.sched.check()
+            process, seconds = self.sched.process(), self.rng.uniform(0.5, longest)
+            logging.getLogger("crdb_pubsub.sim").info("%s paused for %.1f s before a call went", process.name, seconds)
+            self.sched.pause(process, seconds)
+            self.sched.sleep(0.0)
+
     def _begin(self, timeout: float | None) -> None:
         self.sched.check()
         if self.on_call is not None:
@@ -426,6 +468,7 @@ class SimPubSub:
 
     def pull(self, sub: str, asked: int, timeout: float | None, immediately: bool) -> list[tuple[str, Message]]:
         sched = self.sched
+        self._before_send()
         start = sched.now
         deadline = start + (60.0 if timeout is None else timeout)
         self._begin(timeout)
@@ -450,6 +493,11 @@ class SimPubSub:
                 (m.lease_until for m in s.messages.values() if not m.acked and m.lease_until > now), default=give_up
             )
             self._wait(max(0.001, min(give_up, nxt) - now))
+        if sched.now >= deadline:
+            # Its client was paused while the request went or waited: the service answers no
+            # request past its deadline (gRPC sends the deadline along). An answer before it,
+            # lost, is the late answer below.
+            raise gexc.DeadlineExceeded("Deadline Exceeded")
         # An answer that finds nothing deliverable may still bring a message again.
         picked = (
             self._choose(s, avail, asked, sched.now) if avail else self._again(s, [], min(asked, MAX_PULL), sched.now)
@@ -460,9 +508,13 @@ class SimPubSub:
         delivered = self._deliver(s, picked, sched.now, None if late else caller, caller)
         if late:
             # Answered after the client's deadline: leased to nobody.
+            self._arrived(delivered)
             sched.sleep(max(0.0, deadline - sched.now))
             raise gexc.DeadlineExceeded("Deadline Exceeded")
         self._leg()
+        # What an answer passed over is delivered once the answer reaches its client: a source
+        # that decides meanwhile has not seen it (driver/posix seed 534 decided 1 ms before).
+        self._arrived(delivered)
         if sched.now > deadline:
             for _, m in delivered:
                 m.holder = None
@@ -480,6 +532,7 @@ class SimPubSub:
         let_go: bool = False,
     ) -> None:
         sched = self.sched
+        self._before_send()
         start = sched.now
         self._begin(timeout)
         self._calls += 1
@@ -487,6 +540,9 @@ class SimPubSub:
         t = self.terms
         if kind == "Acknowledge" or let_go:
             self.let_go(sub, ack_ids, acked=kind == "Acknowledge")
+        if timeout is not None and sched.now - start >= timeout:
+            # Sent while its client was paused past the deadline: never acted on (see pull).
+            raise gexc.DeadlineExceeded(f"{kind}: reached the service after its deadline (simulated)")
         r = self.rng.random()
         if r < t.ack_dropped:
             sched.sleep(max(0.0, (timeout or 10.0) - (sched.now - start)))

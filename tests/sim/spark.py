@@ -193,6 +193,10 @@ class SparkApp:
         self._deferred_commit: dict | None = None
         self.batches_run = 0
         self.task_attempts = 0
+        # after_latest(began): each time latestOffset returned, with when it was called. The source
+        # decided within (what the batch holds, or that nothing is new); the world notes what
+        # Pub/Sub had passed over meanwhile.
+        self.after_latest: Callable[[float], None] | None = None
 
     # ---------------------------------------------------------------- processes
 
@@ -245,19 +249,26 @@ class SparkApp:
         if not self.terms.old_api:
             self._call(self.reader.prepareForTriggerAvailableNow)
 
+    def _latest(self, *args: Any) -> Any:
+        began = self.sched.now
+        end = self._call(self.reader.latestOffset, *args)
+        if self.after_latest is not None:
+            self.after_latest(began)
+        return end
+
     def trigger(self) -> bool:
         """One trigger: run the pending batch, or plan the next and run it. False when nothing is new."""
         if self._pending is None:
             if self.terms.old_api:
-                end = self._call(self.reader.latestOffset)
+                end = self._latest()
                 if self._start is None:
                     self._start = self._call(self.reader.initialOffset)
             else:
                 if self._start is None:
                     self._start = self._call(self.reader.initialOffset)
-                end = self._call(self.reader.latestOffset, self._start, self._call(self.reader.getDefaultReadLimit))
+                end = self._latest(self._start, self._call(self.reader.getDefaultReadLimit))
                 if self.terms.latest_again and self.more.random() < self.terms.latest_again:
-                    end = self._call(self.reader.latestOffset, self._start, self._call(self.reader.getDefaultReadLimit))
+                    end = self._latest(self._start, self._call(self.reader.getDefaultReadLimit))
             if _same(end, self._start):
                 self._flush_deferred_commit()
                 return False

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,9 @@ class SimStorage:
         self._versions = itertools.count(1)
         self.writes = 0
         self.late_writes: list[tuple[str, str]] = []  # (op, key) that landed after stalling
+        # on_taken_over(pid): a task attempt's claim, never released, was taken over by another
+        # attempt (the query wrote it off: see SimPubSub.written_off).
+        self.on_taken_over: Callable[[int], None] | None = None
         self.on_call: Any = None  # called before every call lands (the world's kill switch)
 
     def __repr__(self) -> str:
@@ -160,8 +164,20 @@ class SimStorage:
         self.writes += 1
         if stalled:
             self.late_writes.append(("swap", key))
+        if have is not None and key.endswith(".claim"):
+            self._note_takeover(have.data, data)
         self._after("swap", key)
         return version
+
+    def _note_takeover(self, before: bytes, after: bytes) -> None:
+        """Tell :attr:`on_taken_over` the pid of a task attempt whose unreleased claim another took over."""
+        try:
+            old, new = json.loads(before), json.loads(after)
+        except ValueError:
+            return
+        was, now = (old.get("holder") or {}).get("pid"), (new.get("holder") or {}).get("pid")
+        if was is not None and was != now and not old.get("released") and self.on_taken_over is not None:
+            self.on_taken_over(was)
 
     def read(self, key: str) -> bytes | None:
         got = self.read_versioned(key)

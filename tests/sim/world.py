@@ -67,6 +67,9 @@ class Scenario:
     # from the rest, as ``stall`` is.
     pauses: tuple[float, float] = (0.0, 0.0)
     pause_tasks: bool = False  # the pauses fall on task attempts (mid-pull), not on any process
+    # (chance a call, longest seconds): a process paused between noting a call's time and sending
+    # it (see SimPubSub.call_pauses); drawn apart, with ``pauses``.
+    call_pauses: tuple[float, float] = (0.0, 0.0)
     # A continuous app is stopped (gracefully or not) after this many triggers, traffic still live.
     stop_after: int | None = None
     focus: str | None = None  # the rare path the world was drawn to reach (see FOCUSES)
@@ -82,6 +85,7 @@ class Scenario:
             f"spark {self.spark}{f'; threads stall {self.stall * 1000:.0f} ms' if self.stall else ''}"
             f"{f'; a process paused every {self.pauses[0]:.0f} s for up to {self.pauses[1]:.0f} s' if self.pauses[0] else ''}"
             f"{' (task attempts)' if self.pause_tasks else ''}"
+            f"{f'; a call paused before it goes ({100 * self.call_pauses[0]:.0f} %)' if self.call_pauses[0] else ''}"
             f"{f'; apps stopped after {self.stop_after} triggers' if self.stop_after else ''}"
             f"{f'; focus {self.focus}' if self.focus else ''}"
         )
@@ -156,6 +160,7 @@ def draw(seed: int, mode: str, storage: str, *, rough: float | None = None) -> S
         stall=machine.choice([0.0, 0.0, 0.002, 0.02, 0.1]),
         pauses=_pauses(random.Random(f"pauses-{seed}-{mode}-{storage}"), rough),
     )
+    sc = replace(sc, call_pauses=_call_pauses(random.Random(f"call-pauses-{seed}-{mode}-{storage}"), sc.pauses))
     return _focused(sc, random.Random(f"focus-{seed}-{mode}-{storage}"))
 
 
@@ -186,6 +191,7 @@ def _focused(sc: Scenario, rng: random.Random) -> Scenario:
     if focus == "paused_tasks":
         # A task attempt paused mid-pull past its leases' proof: what it holds must go back.
         changes.update(pauses=(rng.choice([2.0, 5.0]), rng.choice([6.0, 12.0])), pause_tasks=True, sub_deadline=10)
+        changes.update(call_pauses=_call_pauses(random.Random(f"call-pauses-{sc.seed}"), changes["pauses"]))
         changes.update(backlog=max(sc.backlog, 150))
     elif focus == "small_window":
         # Trigger.AvailableNow on a live topic with little room: later messages fill it.
@@ -237,6 +243,13 @@ def _pauses(rng: random.Random, rough: float) -> tuple[float, float]:
     if rng.random() >= 0.3 * rough:
         return (0.0, 0.0)
     return (rng.choice([5.0, 20.0, 60.0]), rng.choice([2.0, 6.0, 15.0]))
+
+
+def _call_pauses(rng: random.Random, pauses: tuple[float, float]) -> tuple[float, float]:
+    """How often a call waits for a pause of its process before it goes (see :attr:`Scenario.call_pauses`)."""
+    if not pauses[0]:
+        return (0.0, 0.0)
+    return (rng.choice([0.0, 0.01, 0.05]), pauses[1])
 
 
 def calm(mode: str, storage: str, seed: int = 0, **overrides: Any) -> Scenario:
@@ -611,7 +624,9 @@ def simulate(
     sched = S.Scheduler(seed, stall=sc.stall)
     service = SimPubSub(sched, seed, sc.pubsub)
     service.watch = set(watch or ())
+    service.call_pauses = sc.call_pauses
     store = SimStorage(sched, seed, storage, sc.storage_terms)
+    store.on_taken_over = service.written_off.add
     rng = random.Random(f"world-{seed}")
     for sub in sc.subs:
         service.create_subscription(sub, ack_deadline=sc.sub_deadline, exactly_once=sc.exactly_once, ordered=sc.ordered)
@@ -719,18 +734,22 @@ def simulate(
             run = AvailableNowRun(cutoff, set(all_ids()))
             runs.append(run)
             # What Pub/Sub passed over and had not delivered when the trigger that ended the run
-            # began, or when it ended (a Pull in flight may deliver it between the two).
-            late: set[str] = set()
+            # began, at some moment while its latestOffset decided the run was over, or when it
+            # ended (a Pull in flight may deliver it in between: driver/posix seed 534 decided from
+            # an answer that passed a message over, 1 ms before the answer that brought it arrived).
+            late: list[set[str]] = [set()]
+            app.after_latest = lambda began: late[-1].update(service.passed_over_between(run.cutoff, began, sched.now))
             try:
                 while True:
-                    late = service.delivered_late(run.cutoff)
+                    late.append(service.delivered_late(run.cutoff))
                     if not app.trigger() or sc.spark.old_api:
                         break
             finally:
                 run.finished_at = sched.now
+                app.after_latest = None
             run.ended = True
             run.sink_at_end = reached()
-            run.late = late | service.delivered_late(run.cutoff)
+            run.late = late[-1] | service.delivered_late(run.cutoff)
             return
         idle_since = sched.now
         have = len(reached())
