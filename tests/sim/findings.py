@@ -422,3 +422,37 @@ def drawn_executors_gs_473(seed: int = 473) -> Scenario:
     drawn_driver_gs_155: each batch's tasks pulled the shadowed subscription, and a late answer
     cast a new shadow. Such a subscription is now left out of a batch's orders until its shadow ends."""
     return draw(seed, "executors", "gs")
+
+
+# Found once calls may wait for a pause of their process, and the service never acts on a request
+# past its deadline (issue 45).
+
+
+@finding
+def drawn_executors_posix_127(seed: int = 127) -> Scenario:
+    """On e2ebcbe: an AvailableNow run ended with 6 of 150 messages unread. A task attempt's Pull
+    was answered after it gave up (6 messages leased to nobody for 10 s); paused for 8 s, the
+    attempt lost its claim, handed back what it held and released the claim noting nothing still
+    leased; its retry took no shadow over, and an empty answer while the 6 were leased ended the
+    run. The release now notes the attempt's shadows too."""
+    return draw(seed, "executors", "posix")
+
+
+@finding
+def a_redelivery_a_task_drops_holds_its_key(seed: int = 2) -> Scenario:
+    """On e2ebcbe: receiver=executors ended AvailableNow runs on ordered subscriptions with most of
+    the backlog unread (34 of 60 calm worlds whose acknowledgements are lost 30 % of the time).
+    A message whose acknowledgement did not land is remembered and, delivered again, dropped by
+    the task and acknowledged at the commit: until then it holds its key's next messages back, and
+    the task's next answer (empty) counted as proof, its slice holding no row it yields. An answer
+    now proves nothing while the slice holds any row of the subscription."""
+    return calm(
+        "executors",
+        "posix",
+        seed,
+        trigger="available_now",
+        ordered=True,
+        exactly_once=True,
+        backlog=60,
+        pubsub=Terms(partial=0.3, ack_dropped=0.3),
+    )

@@ -524,16 +524,17 @@ class ExecutorsMode:
         By the rule both modes share (:mod:`..pubsub.drained`), over the newest answer of any task
         of the run (one slot a subscription: the batches follow each other; a task that can't pull
         every subscription it serves in one batch pulls them in turn). On an ordered subscription
-        an answer counts only if nothing of it was held when it came (no row kept in its batch,
-        the previous acknowledgements answered and proven). A task that found Pub/Sub unreachable
-        sets its subscription's evidence back.
+        an answer counts only if nothing of it was held when it came (no row held in its batch, a
+        redelivery it drops included; the previous acknowledgements answered and proven). A task
+        that found Pub/Sub unreachable sets its subscription's evidence back.
         """
         subs = self._opts.subscription_paths
         with self._lock:
             for sub in subs:
                 info = self._subs.get(sub)
                 held = bid in self._unanswered or any(
-                    s.info.subs.get(sub) is not None and s.info.subs[sub].kept for s in slices.values()
+                    s.info.subs.get(sub) is not None and (s.info.subs[sub].held or s.info.subs[sub].kept)
+                    for s in slices.values()
                 )
                 outstanding = bool(info is not None and info.ordered and held)
                 for s in slices.values():

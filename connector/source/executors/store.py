@@ -67,6 +67,10 @@ class SubscriptionPull:
     shadow_until: float = 0.0  # wall time until which a timed-out or failed Pull may have leased messages
     unavailable: bool = False  # Pub/Sub could not be reached at the end
     kept: int = 0  # rows this task yields from the subscription
+    # Rows it holds until the commit acknowledges them: those it yields and the redeliveries it
+    # drops (on an ordered subscription each holds its key's next messages back). Not the later
+    # ones: a key's messages come in publish order, so only later ones wait behind them.
+    held: int = 0
 
 
 @dataclass(frozen=True)

@@ -425,9 +425,11 @@ class _Pulled:
         mono, wall = time.monotonic(), time.time()
         proven = min((c.proven_until for c in self.chunks), default=mono)
         kept_by_sub: dict[str, int] = {}
+        held_by_sub: dict[str, int] = {}
         later_bytes = 0
         for c, roles, batch in zip(self.chunks, self.roles, self.batches):
             kept_by_sub[c.sub] = kept_by_sub.get(c.sub, 0) + int((roles == KEEP).sum())
+            held_by_sub[c.sub] = held_by_sub.get(c.sub, 0) + int((roles != LATER).sum())
             if self.order.cutoff_us is not None:
                 later_bytes += int(body_lengths(batch.column(0))[roles == LATER].sum())
         return SliceInfo(
@@ -439,7 +441,13 @@ class _Pulled:
             handed_back=self.handed_back,
             subs={
                 s: SubscriptionPull(
-                    e.answered, e.last_sent, e.last_oldest_us, e.shadow_until, e.unavailable, kept_by_sub.get(s, 0)
+                    e.answered,
+                    e.last_sent,
+                    e.last_oldest_us,
+                    e.shadow_until,
+                    e.unavailable,
+                    kept_by_sub.get(s, 0),
+                    held_by_sub.get(s, 0),
                 )
                 for s, e in self.evidence.items()
             },
