@@ -456,3 +456,14 @@ def a_redelivery_a_task_drops_holds_its_key(seed: int = 2) -> Scenario:
         backlog=60,
         pubsub=Terms(partial=0.3, ack_dropped=0.3),
     )
+
+
+@finding
+def drawn_executors_posix_1026(seed: int = 1026) -> Scenario:
+    """On 364c1b5 (seeds 800-2,399, the first sweep past CI's range): an AvailableNow run ended
+    with 5 of 440 messages unread. A query's runner, its SIGTERM missed, lived on 40 s and kept
+    renewing the messages of a replayed batch; the next run took the stateDir over and waited out
+    a lease from then, while the old runner went on renewing for 17 s more (it learnt it had lost
+    the stateDir only at its next renewal of it). A leaser now renews nothing while its process
+    cannot prove it holds the stateDir (tests/source/pubsub/test_leaser.py)."""
+    return draw(seed, "executors", "posix")

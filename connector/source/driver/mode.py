@@ -113,7 +113,7 @@ class DriverMode:
                 )
         if self._cutoff is not None:
             receiver.set_cutoff(self._cutoff[0])
-        receiver.start()
+        receiver.start(may_renew=ledger.holds if ledger is not None else None)
         self._ledger = ledger
         self._receiver = receiver
         if opts.batchTransfer == "fetch":

@@ -153,11 +153,21 @@ class Receiver:
     def _drain(self) -> Drain:
         return self.holding.drain
 
-    def start(self, *, create_on_topics: Sequence[str] | None = None, subscription_filter: str | None = None) -> None:
-        """Start pulling (opening the subscriptions first unless :meth:`open` did)."""
+    def start(
+        self,
+        *,
+        create_on_topics: Sequence[str] | None = None,
+        subscription_filter: str | None = None,
+        may_renew: Callable[[], bool] | None = None,
+    ) -> None:
+        """Start pulling (opening the subscriptions first unless :meth:`open` did).
+
+        ``may_renew()``: whether leases may still be renewed (the stateDir still held: see
+        :class:`..pubsub.leaser.Leaser`).
+        """
         if self.acks is None:
             self.open(create_on_topics=create_on_topics, subscription_filter=subscription_filter)
-        self.holding.start()
+        self.holding.start(may_renew=may_renew)
         for sub in self._subs:
             for i in range(PULLERS_PER_SUBSCRIPTION):
                 p = Puller(self, self._rpc, self.flow, sub, i, self._stopping)

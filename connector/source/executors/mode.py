@@ -173,6 +173,7 @@ class ExecutorsMode:
             on_given_up=lambda n: self.counters.add("leasesExpired", n),
             on_extended=lambda n: self.counters.add("leasesExtended", n),
             on_released=self._on_released,
+            may_renew=ledger.holds,
         )
         now = time.monotonic()
         for sub, mids, expires_in in recovered.remembered:

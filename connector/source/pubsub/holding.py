@@ -127,8 +127,10 @@ class Holding:
         if leased_until > time.time():
             self.wait_out(leased_until)
 
-    def start(self) -> None:
+    def start(self, *, may_renew: Callable[[], bool] | None = None) -> None:
+        """Start acknowledging and renewing; ``may_renew()``: see :class:`.Leaser`."""
         assert self.acks is not None, "the subscriptions are not open"
+        self.leaser.may_renew = may_renew
         self.acker.start()
         self.leaser.start()
         for sub, pairs in self._unconfirmed:

@@ -65,8 +65,14 @@ class Leaser:
         on_released: Callable[[list[Chunk]], None] = lambda chunks: None,
         clock: Callable[[], float] = time.monotonic,
         name: str = "crdb-pubsub-leaser",
+        may_renew: Callable[[], bool] | None = None,
     ) -> None:
         self._renew = renew
+        # ``may_renew()``: whether this process may still hold messages (its stateDir lease holds
+        # by its own clock). A process that may not (it lost the stateDir to the query's next run,
+        # or can no longer prove it holds it) sends no renewal: the next run waits out a lease and
+        # a renewal's deadline from the moment it took the stateDir over, and no longer.
+        self.may_renew = may_renew
         self._lease_seconds = lease_seconds
         self._max_lease_seconds = max_lease_seconds
         self._on_given_up = on_given_up
@@ -227,6 +233,7 @@ class Leaser:
         given_up = 0
         queue = self._queue
         renewed: list[Chunk] = []
+        may = self.may_renew is None or self.may_renew()  # before the lock: it takes the stateDir lease's
         with self._lock:
             while queue and queue[0][0] <= now:
                 at, _, c = heapq.heappop(queue)
@@ -241,6 +248,10 @@ class Leaser:
                     c.given_up = True
                     given_up += len(c)
                     del self._chunks[c]
+                    continue
+                if not may:
+                    c.renew_at = now + IDLE_SECONDS  # its lease runs down; looked at again then
+                    renewed.append(c)
                     continue
                 due.setdefault(c.sub, []).append(c)
                 self._flying[c] = self._flying.get(c, 0) + 1  # in flight from now: see discard()

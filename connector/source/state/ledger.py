@@ -285,6 +285,15 @@ class Ledger:
                 exc,
             )
 
+    def holds(self) -> bool:
+        """Return whether this process still holds the stateDir by its own clock (it may write).
+
+        Once it does not, another run of the query may take the stateDir over, and it waits out
+        only the leases this one could have renewed until then: a process that lives on (a runner
+        that missed its SIGTERM) must stop renewing what it holds.
+        """
+        return self._lease.holds()
+
     def _predecessor_leases(self) -> float:
         """Return until when messages the previous holder (or one before it) leased may still be leased.
 

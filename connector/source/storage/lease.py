@@ -247,6 +247,15 @@ class Lease:
                     + (f"; {self._renew_failed}" if self._renew_failed else "")
                 )
 
+    def holds(self) -> bool:
+        """Return whether :meth:`check` would pass, without its mutex.
+
+        For a caller that asks often from another thread (a leaser, every round): a read that races
+        a renewal sees the expiry before it or after it, both of them times the lease held.
+        """
+        generation, lost, expiry = self._generation, self._lost, self._expiry
+        return generation is not None and lost is None and self._clock() < expiry - self.margin
+
     def release(self, *, note: dict | None = None) -> None:
         """Stop renewing and give the lease up.
 

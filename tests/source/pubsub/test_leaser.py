@@ -247,3 +247,37 @@ def test_a_renewal_answered_after_the_proven_lease_ran_out_proves_nothing():
     leaser.add([in_time], 10.0)
     leaser.extend([in_time], 60)
     assert in_time.proven_until >= now + 60
+
+
+@pytest.mark.virtual_time
+def test_no_renewal_goes_once_the_process_may_no_longer_hold_messages():
+    """A runner that missed its SIGTERM lives on beside the query's next run, which took the
+    stateDir over and waits out only a lease (and a renewal's deadline) from then: the old
+    runner's leaser must send no renewal once its stateDir lease no longer holds, and may again
+    once it does (a brownout of the stateDir's storage that ended before anyone took it over).
+    On 364c1b5 the sim's executors/posix seed 1026 ended an AvailableNow run with 5 messages that
+    such a runner kept leasing for 17 s after the next run took over."""
+    renewed: list[float] = []
+    holds = [True]
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        renewed.append(time.monotonic())
+        return AckResult(confirmed=list(ack_ids))
+
+    leaser = Leaser(renew, lease_seconds=10, max_lease_seconds=3600, may_renew=lambda: holds[0])
+    a = _chunk("a")
+    leaser.add([a], 10.0)
+    leaser.start()
+    try:
+        time.sleep(30.0)
+        assert len(renewed) >= 3, f"{len(renewed)} renewals in 30 s of 10 s leases"
+        holds[0] = False
+        until, before = leaser.leased_until([a]), len(renewed)
+        time.sleep(60.0)
+        assert len(renewed) == before, f"{len(renewed) - before} renewals after the stateDir was lost"
+        assert leaser.leased_until([a]) == until
+        holds[0] = True
+        time.sleep(10.0)
+        assert len(renewed) > before, "renewals did not resume once the stateDir was held again"
+    finally:
+        assert leaser.stop(timeout=10)

@@ -92,6 +92,27 @@ def test_takeover_after_expiry(storage):
     b.check()
 
 
+def test_holds_answers_as_check_does(storage):
+    """``holds()`` is :meth:`check` for a caller that asks every round (a leaser): held until the
+    clock margin before the expiry, not after a takeover or a release."""
+    clock = Clock()
+    a = lease(storage, clock).acquire(wait=0)
+    assert a.holds()
+    clock.t = T0 + TTL - MARGIN - 0.1
+    assert a.holds()
+    clock.t = T0 + TTL - MARGIN
+    assert not a.holds()
+    clock.t = T0 + TTL + MARGIN + 0.1
+    lease(storage, clock).acquire(wait=0)
+    clock.t = T0 + 1  # a's clock far behind: only a renewal learns of the takeover
+    assert a.holds()
+    with pytest.raises(LeaseLost):
+        a.renew()
+    assert not a.holds()
+    b = lease(storage, clock)
+    assert not b.holds()  # never acquired
+
+
 def test_acquire_waits_for_expiry(storage):
     clock = Clock()
     lease(storage, clock).acquire(wait=0)  # a holder that then stops renewing
