@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from ..decode.schema import COLUMN_NAMES, output_columns
 from ..decode.vocabulary import ENVELOPES, MODES
+from .storage import check_state_dir
 
 _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P<sub>[^/]+)$")
 _TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")
@@ -28,10 +29,6 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _PROJECT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-.:]{0,62}[A-Za-z0-9]$|^[A-Za-z0-9]$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9\-.]+):(\d{1,5})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_RELATIVE_STATE_DIR = (
-    "a relative path is another directory for every process and node (each resolves it against its own "
-    "working directory)"
-)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
 # The real service accepts ack deadlines of 10-600 s; the emulator also accepts shorter ones,
@@ -268,28 +265,12 @@ class SourceOptions(BaseModel):
     @field_validator("stateDir")
     @classmethod
     def _state_dir(cls, v: str | None) -> str | None:
+        # The storage layer's rule (one for the option and for opening it). A URL it can't serve
+        # must not silently become a local directory named after its scheme, nor a relative path
+        # another directory on every node.
         if v is None:
             return v
-        if not v.strip():
-            raise ValueError("expected a directory path or gs://bucket/prefix")
-        if _URL.match(v):
-            # A URL the storage can't serve must not silently become a local directory named
-            # after its scheme.
-            scheme = v.split(":", 1)[0].lower()
-            rest = v.split("://", 1)[1]
-            bucket = rest.split("/", 1)[0]
-            if scheme not in ("gs", "file") or (scheme == "gs" and not bucket):
-                raise ValueError(
-                    f"{v!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud "
-                    "Storage), a path, or file:///path (a local disk, or a mount every node reaches); "
-                    "hdfs:// and s3a:// are not supported"
-                )
-            if scheme == "file" and not rest.startswith("/"):
-                raise ValueError(_RELATIVE_STATE_DIR)
-        elif not os.path.isabs(v):
-            # Each process would resolve it against its own working directory: on a cluster, a
-            # different directory per node and per process.
-            raise ValueError(_RELATIVE_STATE_DIR)
+        check_state_dir(v)
         return v
 
     @field_validator("credentialsJson")

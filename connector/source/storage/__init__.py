@@ -137,22 +137,28 @@ class Storage(Protocol):
         ...
 
 
-def open_storage(url_or_path: str) -> Storage:
-    """Open the :class:`Storage` for a ``stateDir`` value.
+RELATIVE_STATE_DIR = (
+    "a relative path is another directory for every process and node (each resolves it against its own "
+    "working directory)"
+)
 
-    ``gs://bucket[/prefix]`` -> Cloud Storage (credentials: Application Default Credentials, or the
-    emulator's anonymous access when ``STORAGE_EMULATOR_HOST`` is set); an absolute or relative path,
-    or ``file:///path`` -> a POSIX file system. Anything else raises ``ValueError``.
+
+def check_state_dir(url_or_path: str) -> str:
+    """Return the ``stateDir`` value stripped, or raise ``ValueError`` saying why no storage serves it.
+
+    The one rule: ``gs://bucket[/prefix]``, an absolute path, or ``file:///path``. The option's
+    validation and :func:`open_storage` both apply it. Messages never quote a ``user:password@``.
     """
+    import os
     from urllib.parse import unquote, urlsplit
 
     value = str(url_or_path).strip()
     if not value:
         raise ValueError("stateDir is empty: give a path, file:///path or gs://bucket/prefix")
     if "://" not in value:
-        from .posix import PosixStorage
-
-        return PosixStorage(value)
+        if not os.path.isabs(value):
+            raise ValueError(f"stateDir {_safe(value)!r}: {RELATIVE_STATE_DIR}")
+        return value
     parts = urlsplit(value)
     scheme = parts.scheme.lower()
     if scheme == "file":
@@ -161,16 +167,39 @@ def open_storage(url_or_path: str) -> Storage:
                 f"stateDir {_safe(value)!r}: a file:// URL names a local path "
                 "(file:///path); for Cloud Storage use gs://bucket/prefix"
             )
+        if not unquote(parts.path).startswith("/"):
+            raise ValueError(f"stateDir {_safe(value)!r}: {RELATIVE_STATE_DIR}")
+        return value
+    if scheme == "gs" and parts.netloc:
+        return value
+    raise ValueError(
+        f"{_safe(value)!r} is not a stateDir this source can use: give gs://bucket/prefix (Cloud Storage), a "
+        "path, or file:///path (a local disk, or a mount every node reaches); hdfs:// and s3a:// are not supported"
+    )
+
+
+def open_storage(url_or_path: str) -> Storage:
+    """Open the :class:`Storage` for a ``stateDir`` value (:func:`check_state_dir` says which).
+
+    ``gs://bucket[/prefix]`` -> Cloud Storage (credentials: Application Default Credentials, or the
+    emulator's anonymous access when ``STORAGE_EMULATOR_HOST`` is set); an absolute path or
+    ``file:///path`` -> a POSIX file system.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    value = check_state_dir(url_or_path)
+    if "://" not in value:
+        from .posix import PosixStorage
+
+        return PosixStorage(value)
+    parts = urlsplit(value)
+    if parts.scheme.lower() == "file":
         from .posix import PosixStorage
 
         return PosixStorage(unquote(parts.path))
-    if scheme == "gs":
-        from .gcs import GcsStorage
+    from .gcs import GcsStorage
 
-        return GcsStorage(value)
-    raise ValueError(
-        f"stateDir {_safe(value)!r} has the scheme {scheme!r}; accepted: a path, file:///path, or gs://bucket/prefix"
-    )
+    return GcsStorage(value)
 
 
 def _safe(value: str) -> str:

@@ -277,6 +277,11 @@ def test_open_storage_chooses_by_scheme(tmp_path):
     for bad in ["s3://bucket/x", "hdfs://nn/x", "", "file://otherhost/x"]:
         with pytest.raises(ValueError, match="stateDir"):
             open_storage(bad)
+    # The option refuses a relative path (each process and node would resolve it against its own
+    # working directory); the storage decides by the same rule, not a looser one of its own.
+    for relative in ["state", "./state", "../shared/state"]:
+        with pytest.raises(ValueError, match="relative path"):
+            open_storage(relative)
     with pytest.raises(ValueError) as err:
         open_storage("gs://user:s3cret@bucket/x")
     assert "s3cret" not in str(err.value)
