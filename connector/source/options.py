@@ -25,7 +25,6 @@ _SUBSCRIPTION_PATH = re.compile(r"^projects/(?P<project>[^/]+)/subscriptions/(?P
 _TOPIC_PATH = re.compile(r"^projects/(?P<project>[^/]+)/topics/(?P<topic>[^/]+)$")
 # Pub/Sub resource ids: 3-255 chars, start with a letter, then letters, digits and -_.~+%
 _RESOURCE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _PROJECT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9\-.:]{0,62}[A-Za-z0-9]$|^[A-Za-z0-9]$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9\-.]+):(\d{1,5})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -533,6 +533,8 @@ class ExecutorsMode:
         with self._lock:
             for sub in subs:
                 info = self._subs.get(sub)
+                # ``held`` counts the kept rows too; ``kept`` alone speaks for a slice recorded by
+                # a version that did not count ``held`` (read back from the stateDir as 0).
                 held = bid in self._unanswered or any(
                     s.info.subs.get(sub) is not None and (s.info.subs[sub].held or s.info.subs[sub].kept)
                     for s in slices.values()

@@ -137,7 +137,7 @@ class Storage(Protocol):
         ...
 
 
-RELATIVE_STATE_DIR = (
+_RELATIVE_STATE_DIR = (
     "a relative path is another directory for every process and node (each resolves it against its own "
     "working directory)"
 )
@@ -157,7 +157,7 @@ def check_state_dir(url_or_path: str) -> str:
         raise ValueError("stateDir is empty: give a path, file:///path or gs://bucket/prefix")
     if "://" not in value:
         if not os.path.isabs(value):
-            raise ValueError(RELATIVE_STATE_DIR)  # the value is named by whoever reports it
+            raise ValueError(_RELATIVE_STATE_DIR)  # the value is named by whoever reports it
         return value
     parts = urlsplit(value)
     scheme = parts.scheme.lower()
@@ -168,7 +168,7 @@ def check_state_dir(url_or_path: str) -> str:
                 "(file:///path); for Cloud Storage use gs://bucket/prefix"
             )
         if not unquote(parts.path).startswith("/"):
-            raise ValueError(RELATIVE_STATE_DIR)  # the value is named by whoever reports it
+            raise ValueError(_RELATIVE_STATE_DIR)  # the value is named by whoever reports it
         return value
     if scheme == "gs" and parts.netloc:
         return value
