@@ -467,3 +467,14 @@ def drawn_executors_posix_1026(seed: int = 1026) -> Scenario:
     the stateDir only at its next renewal of it). A leaser now renews nothing while its process
     cannot prove it holds the stateDir (tests/source/pubsub/test_leaser.py)."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_executors_gs_5838(seed: int = 5838) -> Scenario:
+    """On e54b009 (the 10,000-seed sweep): 6 messages reached the sink twice, 66 s apart. A runner
+    lost the stateDir (its process paused past the lease) between recording a commit's unproven
+    acknowledgements and its "answered" marker; the next process's recovery read such a commit
+    as neither answered nor wholly unproven, and forgot the proven rest: the ordered key's
+    redelivery (every later message of a key comes again, even acknowledged ones) was yielded
+    again (tests/source/state/test_ledger.py)."""
+    return draw(seed, "executors", "gs")

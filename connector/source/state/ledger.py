@@ -575,10 +575,15 @@ class Ledger:
             if table is None:
                 continue
             acked_at = float(table.schema.metadata[b"acked_at"])
-            if c.answered is not None:
+            if c.answered is not None or c.unconfirmed is not None:
+                # The unconfirmed record is written once every answer came, just before the
+                # marker: with it, the rest of the commit is proven even if the marker is missing
+                # (its process lost the stateDir between the two writes).
                 for sub, mids in _by_sub(table, with_ack_ids=False):
                     out.remembered.append((sub, mids, acked_at + self._window - now))
-            elif c.unconfirmed is None:
+                if c.answered is None:
+                    self._create(_answered(bid, acked_at), b"")
+            else:
                 # The process ended before Pub/Sub answered: nothing of this commit is proven.
                 # Record it as answered-unconfirmed so that it is kept, and later pruned, as such.
                 out.unconfirmed.extend(_by_sub(table, with_ack_ids=True))

@@ -128,6 +128,27 @@ def test_another_query_with_committed_batches_is_refused(storage_url):
         ledger.claim("run-1", ["projects/p/subscriptions/other"])
 
 
+def test_a_process_lost_between_the_unconfirmed_record_and_the_answered_marker_forgets_nothing(tmp_path):
+    """A commit's answers are recorded in two writes: the ids not proven acknowledged, then the
+    "answered" marker. A process that lost the stateDir between the two (finding
+    drawn_executors_gs_5838) left a commit whose proven ids the next process neither remembered
+    nor acknowledged again: Pub/Sub delivered them again and they were yielded a second time."""
+    state = tmp_path / "state"
+    ledger = open_ledger(state)
+    ledger.claim("run-1", [SUB], fresh=True)
+    ledger.committed(1, [(SUB, "1", "a1"), (SUB, "2", "a2")])
+    ledger.answered(1, unconfirmed=[(SUB, "2", "a2")])
+    ledger.close()
+    markers = list((state / "v3" / "acked").glob("*.answered.*"))
+    assert len(markers) == 1
+    markers[0].unlink()  # what the lost process left
+
+    got = open_ledger(state).recover()
+    assert got.remembered == [(SUB, ["1", "2"], WINDOW)]
+    assert got.unconfirmed == [(SUB, [("2", "a2")])]
+    assert len(list((state / "v3" / "acked").glob("*.answered.*"))) == 1, "recorded as answered, to be pruned"
+
+
 def test_a_write_cut_short_leaves_nothing_a_replay_would_trust(tmp_path):
     state = tmp_path / "state"
     ledger = open_ledger(state)
