@@ -478,3 +478,15 @@ def drawn_executors_gs_5838(seed: int = 5838) -> Scenario:
     redelivery (every later message of a key comes again, even acknowledged ones) was yielded
     again (tests/source/state/test_ledger.py)."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_executors_posix_6567(seed: int = 6567) -> Scenario:
+    """On e54b009 (the 10,000-seed sweep): a message reached the sink twice, 716 s apart. Its
+    subscription's deadline (20 s) was longer than ackDeadlineSeconds (10 s): the runner's
+    renewals shortened the Pull's lease, a pause let it lapse, and the acknowledgement that
+    followed was answered OK (a standard subscription) while the leaser still took the Pull's
+    20 s as proven: the id was remembered for the dedupe window only, and Pub/Sub, draining a
+    backlog 5 messages a trigger, delivered it again after that window
+    (tests/source/pubsub/test_leaser.py)."""
+    return draw(seed, "executors", "posix")

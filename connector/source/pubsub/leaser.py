@@ -7,10 +7,12 @@ before it lapses; the jitter keeps the renewals of chunks received together from
 if Pub/Sub delivers some of its messages again, so Pub/Sub redelivers them (at-least-once) rather
 than a stuck batch holding them forever.
 
-A renewal extends the chunk's *proven* lease (``Chunk.proven_until``) only when Pub/Sub answered it
-before the proven lease ran out: a standard subscription answers OK to an expired ack id, so a
-late answer proves nothing. The proof starts at ``sent + seconds`` (Pub/Sub applied the new
-deadline after the request was sent). Both receiver modes and the executors' tasks use this class.
+A renewal *sets* when a lease ends (it may shorten it: a subscription's deadline longer than
+``lease_seconds``), so it moves the chunk's *proven* lease (``Chunk.proven_until``) to
+``sent + seconds`` (Pub/Sub applied the new deadline after the request was sent) when Pub/Sub
+answered it before the proven lease ran out; otherwise (answered late, failed, no answer: it may
+have acted all the same) the proof can only shrink to that, never grow: a standard subscription
+answers OK to an expired ack id. Both receiver modes and the executors' tasks use this class.
 """
 
 from __future__ import annotations
@@ -348,6 +350,7 @@ class Leaser:
             self._landed(chunks)
             return
         sent = self._clock()
+        result: AckResult | None = None
         try:
             result = self._renew(sub, ids, seconds)
         finally:
@@ -358,20 +361,27 @@ class Leaser:
                 # (``_landed``): one that fails leaves the message leased until then.
                 for c in chunks:
                     c.lease_until = max(c.lease_until, answered + seconds)
+                    if result is None:  # raised: it may have set the lease all the same
+                        c.proven_until = min(c.proven_until, sent + seconds)
             self._landed(chunks)
         failed = result.failed
         extended = 0
         with self._lock:
             for c in chunks:
                 if c.state == DONE:
-                    continue  # acknowledged or handed back meanwhile: its renewal proves nothing more
+                    # Acknowledged or handed back meanwhile: its renewal proves nothing more, and
+                    # may have shortened the lease an acknowledgement's answer is judged by.
+                    c.proven_until = min(c.proven_until, sent + seconds)
+                    continue
                 mine = c.fresh_ack_ids()
                 # Extended when, of each message, an ack id was (the others are earlier deliveries').
                 ok = not failed or not any(c.failed(i, failed) for i in range(len(c)) if i not in c.stale)
                 if ok:
                     extended += len(mine)
-                    if answered < c.proven_until:
-                        c.proven_until = max(c.proven_until, sent + seconds)
+                if ok and answered < c.proven_until:
+                    c.proven_until = sent + seconds
+                else:
+                    c.proven_until = min(c.proven_until, sent + seconds)
         self._on_extended(extended)
         if failed:
             log.warning(

@@ -250,6 +250,34 @@ def test_a_renewal_answered_after_the_proven_lease_ran_out_proves_nothing():
 
 
 @pytest.mark.virtual_time
+def test_a_renewal_shorter_than_the_lease_it_renews_proves_only_the_shorter_lease():
+    """ModifyAckDeadline sets when a lease ends, it does not extend it: a Pull on a subscription
+    whose deadline is 20 s leases a message for 20 s, and a renewal of 10 s sent at once ends that
+    lease 10 s from then. On e54b009 the proof kept the Pull's 20 s (the larger of the two): an
+    acknowledgement sent after the shortened lease lapsed counted as proven on a standard
+    subscription, its id was remembered for the dedupe window only, and the redelivery that came
+    716 s later was yielded a second time (finding drawn_executors_posix_6567). A renewal that
+    failed may have acted all the same: the proof is the shorter of the two."""
+    answers = [AckResult(confirmed=["a"]), AckResult(failed={"b": "TRANSIENT_FAILURE_UNORDERED_ACK_ID"})]
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        time.sleep(0.5)
+        return answers.pop(0)
+
+    leaser = Leaser(renew, lease_seconds=10, max_lease_seconds=600)
+    now = time.monotonic()
+    ok = Chunk("s", ["m"], ["a"], None, 1, 1, now, proven_until=now + 20.0)
+    leaser.add([ok], 20.0)
+    leaser.extend([ok], 10)
+    assert ok.proven_until == now + 10.0, "the proof outlived the lease the renewal set"
+    now = time.monotonic()
+    failed = Chunk("s", ["n"], ["b"], None, 1, 1, now, proven_until=now + 20.0)
+    leaser.add([failed], 20.0)
+    leaser.extend([failed], 10)
+    assert failed.proven_until == now + 10.0, "a failed renewal may have set the lease all the same"
+
+
+@pytest.mark.virtual_time
 def test_no_renewal_goes_once_the_process_may_no_longer_hold_messages():
     """A runner that missed its SIGTERM lives on beside the query's next run, which took the
     stateDir over and waits out only a lease (and a renewal's deadline) from then: the old
