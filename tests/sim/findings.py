@@ -490,3 +490,13 @@ def drawn_executors_posix_6567(seed: int = 6567) -> Scenario:
     backlog 5 messages a trigger, delivered it again after that window
     (tests/source/pubsub/test_leaser.py)."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_executors_posix_2719(seed: int = 2719) -> Scenario:
+    """On e54b009 (the 10,000-seed sweep; 11 such worlds): held 16 of maxOutstandingMessages=15.
+    Spark committed batch 8 only after batch 9's tasks ran (a commit may come
+    late); batch 8's 15 messages were still held when batch 9's tasks pulled their shares of a plan
+    made for all 15. The tasks' shares now come from the room left when Spark asks for the
+    batch's partitions (tests/source/executors/test_orders.py)."""
+    return draw(seed, "executors", "posix")

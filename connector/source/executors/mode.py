@@ -27,6 +27,7 @@ are known only from the slices its tasks recorded and registered (:mod:`.store`)
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,7 +49,7 @@ from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
 from ..transport import MODIFY_DEADLINE, AckResult, Rpc, rpc_for
 from ..wire import mask, numbers
-from .orders import Plan, SliceOrder, longest_lease, orders_of
+from .orders import Plan, SliceOrder, longest_lease, orders_of, share
 from .seen import SeenServer
 from .store import KEEP, LATER, SliceInfo, SliceStore
 
@@ -305,6 +306,7 @@ class ExecutorsMode:
             )
             replay = batch_id not in self._planned_here
         ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
+        room = self._room_now(batch_id)
         return orders_of(
             batch_id,
             plan,
@@ -316,6 +318,34 @@ class ExecutorsMode:
             ordered,
             replay=replay,
             idle=idle,
+            room=room,
+        )
+
+    def _room_now(self, batch_id: int) -> tuple[int, int]:
+        """Return the messages and bytes the bounds leave beside what the batches before ``batch_id`` hold.
+
+        Spark may commit a batch only after the next batch's tasks ran (a commit may come late):
+        the earlier batch's messages are then still held, and the tasks take only
+        what is left of ``maxOutstandingMessages``/``Bytes``. The plan was made without them (in
+        Spark's usual order the commit comes between the plan and the tasks).
+        """
+        with self._lock:
+            plans = [(b, p) for b, p in self._plans.items() if b < batch_id]
+            slices = {k: s for k, s in self._slices.items() if k[0] < batch_id}
+            held = [*self._later, *self._returning]
+        unseen = unseen_bytes = 0
+        for bid, plan in plans:
+            for part in range(plan.parts):
+                s = slices.get((bid, part))
+                if s is not None:
+                    held.extend((*s.chunks, *s.later))
+                else:  # not registered yet (or never recorded): it may hold its whole share
+                    unseen += share(plan.max_messages, plan.parts, part)
+                    unseen_bytes += math.ceil(plan.max_bytes / plan.parts)
+        count, nbytes = total(held)
+        return (
+            self._opts.maxOutstandingMessages - count - unseen,
+            self._opts.maxOutstandingBytes - nbytes - unseen_bytes,
         )
 
     def known(self, after: int, upto: int) -> list[int]:

@@ -101,6 +101,11 @@ class SliceOrder:
         return f"SliceOrder(batch={self.batch_id}, index={self.index}, parts={self.parts})"
 
 
+def share(count: int, parts: int, index: int) -> int:
+    """Task ``index``'s part of ``count`` messages among ``parts`` tasks: the parts add up to it."""
+    return count // parts + (index < count % parts)
+
+
 def orders_of(
     batch_id: int,
     plan: Plan,
@@ -112,10 +117,18 @@ def orders_of(
     ordered: frozenset[str] = frozenset(),
     replay: bool = False,
     idle: frozenset[str] = frozenset(),
+    room: tuple[int, int] | None = None,
 ) -> list[SliceOrder]:
-    """Return the orders of ``plan``'s tasks; none pulls the ``idle`` subscriptions."""
+    """Return the orders of ``plan``'s tasks; none pulls the ``idle`` subscriptions.
+
+    ``room``: the messages and bytes the batch may take now, when less than its plan's (the shares
+    then add up to it; a share may be 0).
+    """
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
+    count, nbytes = plan.max_messages, max(1, math.ceil(plan.max_bytes / plan.parts)) * plan.parts
+    if room is not None:
+        count, nbytes = min(count, max(0, room[0])), min(nbytes, max(0, room[1]))
     out = []
     for i in range(plan.parts):
         mine = tuple(s for s in plan.subscriptions(i, subs) if s not in idle)
@@ -125,9 +138,10 @@ def orders_of(
                 index=i,
                 parts=plan.parts,
                 subscriptions=mine,
-                # Each task's count share, the plan's count exactly (the plan has no more tasks than messages).
-                max_messages=plan.max_messages // plan.parts + (i < plan.max_messages % plan.parts),
-                max_bytes=max(1, math.ceil(plan.max_bytes / plan.parts)),
+                # Each task's count share, the batch's count exactly (the plan has no more tasks
+                # than messages; the room left may be less).
+                max_messages=share(count, plan.parts, i),
+                max_bytes=math.ceil(nbytes / plan.parts),
                 seconds=seconds,
                 deadlines={s: deadlines.get(s, 10) for s in mine},
                 lease_seconds=lease_seconds,

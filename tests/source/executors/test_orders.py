@@ -32,3 +32,19 @@ def test_a_plan_replays_as_it_was_recorded():
     # A plan recorded before ordered subscriptions were pulled by one task replays as it was split then.
     old = {"parts": 4, "max_messages": 100, "max_bytes": 1 << 20, "cutoff_us": None}
     assert Plan.of(old).subscriptions(2, SUBS) == (SUBS[0],)
+
+
+def test_the_shares_add_up_to_the_room_left_when_it_is_less_than_the_plan():
+    """Spark may commit a batch only after the next one's tasks ran (a commit may come late): the earlier
+    batch's messages are then still held, and the tasks take only what is left of
+    ``maxOutstandingMessages`` (none at all when nothing is); the finding drawn_executors_posix_2719
+    held 16 of 15 on e54b009."""
+    plan = Plan(parts=4, max_messages=15, max_bytes=1000)
+    whole = orders_of(3, plan, SUBS, dict.fromkeys(SUBS, 10), 60, None)
+    assert sum(o.max_messages for o in whole) == 15
+    assert orders_of(3, plan, SUBS, dict.fromkeys(SUBS, 10), 60, None, room=(20, 5000)) == whole
+    some = orders_of(3, plan, SUBS, dict.fromkeys(SUBS, 10), 60, None, room=(6, 400))
+    assert [o.max_messages for o in some] == [2, 2, 1, 1]
+    assert sum(o.max_bytes for o in some) <= 400 + plan.parts
+    none = orders_of(3, plan, SUBS, dict.fromkeys(SUBS, 10), 60, None, room=(0, 1000))
+    assert [o.max_messages for o in none] == [0, 0, 0, 0]
