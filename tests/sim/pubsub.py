@@ -168,9 +168,10 @@ class SimPubSub:
         # (chance a call, longest seconds): the caller's process is paused after it noted the
         # call's time and before the client sent it (the call's deadline counts from the send).
         self.call_pauses: tuple[float, float] = (0.0, 0.0)
-        # Pids of task attempts another attempt took the claim over from: paused past their claim
-        # (or dead), written off by the query, what they hold until they resume and hand it back
-        # counts against no bound (docs/guarantees.md, "Memory is bounded by the options").
+        # Pids of task attempts another attempt took the claim over from (paused past their claim,
+        # or dead), and of attempts Spark gave up on (their executor lost) that run on: written off
+        # by the query, what they hold until they hand it back counts against no bound
+        # (docs/guarantees.md, "Memory is bounded by the options").
         self.written_off: set[int] = set()
         self.watch: set[str] = set()  # message ids whose story is kept in ``story`` (replays)
         self.story: list[str] = []
@@ -532,14 +533,14 @@ class SimPubSub:
         let_go: bool = False,
     ) -> None:
         sched = self.sched
+        if kind == "Acknowledge" or let_go:  # sent: the source holds them no more, landed or not
+            self.let_go(sub, ack_ids, acked=kind == "Acknowledge")
         self._before_send()
         start = sched.now
         self._begin(timeout)
         self._calls += 1
         s = self.subs[sub]
         t = self.terms
-        if kind == "Acknowledge" or let_go:
-            self.let_go(sub, ack_ids, acked=kind == "Acknowledge")
         if timeout is not None and sched.now - start >= timeout:
             # Sent while its client was paused past the deadline: never acted on (see pull).
             raise gexc.DeadlineExceeded(f"{kind}: reached the service after its deadline (simulated)")

@@ -197,6 +197,9 @@ class SparkApp:
         # decided within (what the batch holds, or that nothing is new); the world notes what
         # Pub/Sub had passed over meanwhile.
         self.after_latest: Callable[[float], None] | None = None
+        # on_given_up(pid): Spark gave a task attempt up (its executor lost) while its process runs
+        # on; the query cannot tell it from a dead one (see SimPubSub.written_off).
+        self.on_given_up: Callable[[int], None] | None = None
 
     # ---------------------------------------------------------------- processes
 
@@ -459,6 +462,8 @@ class SparkApp:
         if zombie_for == 0.0:
             self.sched.kill(worker)
             return
+        if self.on_given_up is not None:
+            self.on_given_up(worker.pid)
         if zombie_for is not None:
             self.sched.sleep(zombie_for)
             if worker.alive:

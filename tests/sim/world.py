@@ -818,6 +818,7 @@ def simulate(
                 wire_ids=wire_ids,
                 more=more,
             )
+            app.on_given_up = service.written_off.add
             apps.append(app)
             for p in (app.jvm, app.runner):
                 app_of_process[id(p)] = name
