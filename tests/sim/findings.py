@@ -500,3 +500,13 @@ def drawn_executors_posix_2719(seed: int = 2719) -> Scenario:
     made for all 15. The tasks' shares now come from the room left when Spark asks for the
     batch's partitions (tests/source/executors/test_orders.py)."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_driver_posix_5264(seed: int = 5264) -> Scenario:
+    """On e54b009 (the 10,000-seed sweep): an AvailableNow run ended with 47 of 60 messages of its
+    backlog unread. One puller's answer brought 5 of them and waited for the receiver's lock;
+    another puller's empty answer, to a Pull sent later, was taken first and completed the
+    evidence: Pub/Sub had given the messages to the first Pull. An answer proves nothing now
+    while a Pull sent before it is not taken (tests/source/pubsub/test_drained.py)."""
+    return draw(seed, "driver", "posix")

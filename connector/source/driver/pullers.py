@@ -111,7 +111,7 @@ class Puller:
         for timeout, immediately in ((PULL_TIMEOUT_SECONDS, False), (PROBE_TIMEOUT_SECONDS, True)):
             if immediately and self._stopping.is_set():
                 break
-            sent = self._receiver.sending(self._sub)
+            sent = self._receiver.sending(self._sub, self._index)
             if sent.immediate and not immediately:
                 # Waiting out a shadow: ask so that the answer comes at once, after a short pause
                 # (an empty answer would otherwise come back in a tight loop).
@@ -120,8 +120,8 @@ class Puller:
             try:
                 return self._rpc.pull(self._sub, max_messages, timeout, return_immediately=immediately), sent
             except gexc.DeadlineExceeded:
-                self._receiver.timed_out(self._sub, sent, timeout)
+                self._receiver.timed_out(self._sub, sent, timeout, self._index)
             except Exception:
-                self._receiver.timed_out(self._sub, sent, timeout)
+                self._receiver.timed_out(self._sub, sent, timeout, self._index)
                 raise
         return response, None

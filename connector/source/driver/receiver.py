@@ -243,8 +243,8 @@ class Receiver:
             or (self._cutoff_us is not None and self._quiet(sub, self._cutoff_us, self._cutoff_at))  # drained
         )
 
-    def sending(self, sub: str) -> Sent:
-        """Return the :class:`Sent` of a Pull a puller is about to send on ``sub``.
+    def sending(self, sub: str, puller: int = 0) -> Sent:
+        """Return the :class:`Sent` of a Pull ``puller`` is about to send on ``sub``.
 
         When, and whether messages of an ordered subscription are outstanding (its answer then
         proves nothing about what waits).
@@ -263,16 +263,18 @@ class Receiver:
             # Once a Pull of this subscription timed out, an AvailableNow run asks with
             # return_immediately: a long Pull that timed out again would cast a new shadow.
             immediate = self._cutoff_us is not None and self._drain.shadowed(sub)
+            self._drain.pulling(sub, puller, now)
         return Sent(now, outstanding, immediate)
 
-    def timed_out(self, sub: str, sent: Sent, timeout: float) -> None:
-        """Note that a Pull sent at ``sent`` timed out.
+    def timed_out(self, sub: str, sent: Sent, timeout: float, puller: int = 0) -> None:
+        """Note that ``puller``'s Pull sent at ``sent`` timed out (or failed).
 
         Pub/Sub may have leased messages to nobody until its deadline plus the subscription's ack
         deadline.
         """
         with self._cond:
             self._drain.leased_at(sub, sent.at + timeout)
+            self._drain.pull_ended(sub, puller)
 
     def accept(
         self, sub: str, response: Any, reservation: Reservation, puller: int = 0, sent: Sent | None = None

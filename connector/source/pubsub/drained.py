@@ -13,8 +13,11 @@ answer:
   which messages may be leased to nobody (a Pull that timed out or failed may have been answered
   after its client gave up: its deadline plus the ack deadline; an acknowledgement not proven; the
   leases of an earlier process of the query);
-* and, on an ordered subscription, was sent while none of its messages were held or being
-  acknowledged (a key's next messages wait for those).
+* on an ordered subscription, was sent while none of its messages were held or being
+  acknowledged (a key's next messages wait for those);
+* and no Pull sent before the newest of those answers is still unanswered, or answered and not
+  yet taken (:meth:`Drain.pulling`): Pub/Sub may give a message to one Pull and answer a Pull sent
+  after it with nothing, which shows only that the message was taken.
 
 :class:`Drain` keeps the answers and the shadows; it is not thread-safe, its owner's lock guards it.
 Times are on the owner's clock (the driver's monotonic clock, or wall time when they come from
@@ -47,6 +50,7 @@ class Drain:
         self._deadlines = dict(ack_deadlines)
         self._answers: dict[tuple[str, int], Answer] = {}
         self._shadow: dict[str, float] = {}
+        self._pulling: dict[tuple[str, int], float] = {}  # when each slot's Pull not taken yet was sent
 
     def shadow(self, sub: str, until: float) -> None:
         """Messages of ``sub`` may be leased to nobody until ``until``: no answer before proves anything."""
@@ -84,8 +88,18 @@ class Drain:
         """Return the latest shadow of any subscription (0.0: none)."""
         return max(self._shadow.values(), default=0.0)
 
+    def pulling(self, sub: str, slot: int, sent: float) -> None:
+        """``slot`` sent a Pull of ``sub`` at ``sent``; until its answer is taken, none sent after proves anything."""
+        self._pulling[(sub, slot)] = sent
+
+    def pull_ended(self, sub: str, slot: int) -> None:
+        """``slot``'s Pull ended without an answer to take (it timed out or failed: see :meth:`leased_at`)."""
+        self._pulling.pop((sub, slot), None)
+
     def answered(self, sub: str, slot: int, answer: Answer) -> None:
         """Take ``answer`` as ``slot``'s newest (unless an answer to a later Pull is already there)."""
+        if self._pulling.get((sub, slot), float("inf")) <= answer.sent:
+            del self._pulling[(sub, slot)]
         have = self._answers.get((sub, slot))
         if have is None or have.sent <= answer.sent:
             self._answers[(sub, slot)] = answer
@@ -107,7 +121,8 @@ class Drain:
     def quiet(self, sub: str, slots: Iterable[int], cutoff_us: int, since: float) -> bool:
         """Whether ``sub`` shows it delivered what was published until ``cutoff_us`` (see the module)."""
         shadow = self._shadow.get(sub, 0.0)
-        seen = False
+        seen, newest = False, 0.0
+        slots = list(slots)
         for slot in slots:
             a = self._answers.get((sub, slot))
             if a is None or a.sent < since or a.sent < shadow or a.outstanding:
@@ -115,4 +130,5 @@ class Drain:
             if a.oldest_us is not None and a.oldest_us <= cutoff_us:
                 return False
             seen = True
-        return seen
+            newest = max(newest, a.sent)
+        return seen and not any(self._pulling.get((sub, slot), newest) < newest for slot in slots)

@@ -35,7 +35,7 @@ class _Receiver:
     def still_pulling(self, sub: str) -> bool:
         return not self.stopping.is_set()
 
-    def sending(self, sub: str) -> Sent:
+    def sending(self, sub: str, puller: int = 0) -> Sent:
         return Sent(time.monotonic(), False)
 
     def now(self) -> float:
