@@ -168,6 +168,7 @@ class SimPubSub:
         # (chance a call, longest seconds): the caller's process is paused after it noted the
         # call's time and before the client sent it (the call's deadline counts from the send).
         self.call_pauses: tuple[float, float] = (0.0, 0.0)
+        self.call_pauses_until = float("inf")  # virtual time after which no call pauses (as the pauser stops)
         # Pids of task attempts another attempt took the claim over from (paused past their claim,
         # or dead), and of attempts Spark gave up on (their executor lost) that run on: written off
         # by the query, what they hold until they hand it back counts against no bound
@@ -452,7 +453,7 @@ class SimPubSub:
     def _before_send(self) -> None:
         """Maybe pause the caller's process before its call goes (:attr:`call_pauses`)."""
         chance, longest = self.call_pauses
-        if chance and self.rng.random() < chance:
+        if chance and self.sched.now < self.call_pauses_until and self.rng.random() < chance:
             self.sched.check()
             process, seconds = self.sched.process(), self.rng.uniform(0.5, longest)
             logging.getLogger("crdb_pubsub.sim").info("%s paused for %.1f s before a call went", process.name, seconds)

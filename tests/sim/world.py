@@ -598,6 +598,10 @@ def body(i: int, size: int, key: str) -> bytes:
 
 
 MAX_VIRTUAL_SECONDS = 1500.0
+# A world still progressing then (its last run added rows to the sink) goes on, up to this: one of
+# small batches (maxBytesPerTrigger below one body) takes longer to drain than a stuck one does to
+# show it is stuck.
+MAX_PROGRESSING_SECONDS = 6000.0
 # Processes are paused only this long into a world: a deadlock later is still reported as one (a
 # pauser's timer would keep the clock going).
 PAUSES_UNTIL_SECONDS = 300.0
@@ -625,6 +629,7 @@ def simulate(
     service = SimPubSub(sched, seed, sc.pubsub)
     service.watch = set(watch or ())
     service.call_pauses = sc.call_pauses
+    service.call_pauses_until = PAUSES_UNTIL_SECONDS
     store = SimStorage(sched, seed, storage, sc.storage_terms)
     store.on_taken_over = service.written_off.add
     rng = random.Random(f"world-{seed}")
@@ -879,7 +884,7 @@ def simulate(
             if done:
                 state["converged"] = True
                 return
-            if sched.now > MAX_VIRTUAL_SECONDS:
+            if sched.now > MAX_VIRTUAL_SECONDS and (len(reached()) == before or sched.now > MAX_PROGRESSING_SECONDS):
                 return
             # A run that could not progress because a dead process's leases still hold messages
             # (seed 346 of executors/posix: two killed task attempts, 60 s leases, an ordered key)
@@ -905,7 +910,7 @@ def simulate(
     try:
         with installed(sched, seed, service, store):
             try:
-                sched.run(orchestrate, world, max_time=MAX_VIRTUAL_SECONDS * 2, max_switches=3_000_000)
+                sched.run(orchestrate, world, max_time=MAX_PROGRESSING_SECONDS * 1.5, max_switches=3_000_000)
             except (AssertionError, S.Deadlock) as exc:
                 note = f"{type(exc).__name__}: {exc}"
     finally:
