@@ -287,7 +287,6 @@ class ExecutorsMode:
                 self._plans[batch_id] = plan
             if not plan.parts:
                 return None
-            self.counters.add("batchesReplayed")
         # The previous batch's acknowledgements decide what may still be held on an ordered
         # subscription: wait for their answers (they usually take milliseconds).
         if not self._acker.flush(ORDERS_WAIT_SECONDS):
@@ -305,6 +304,8 @@ class ExecutorsMode:
                 s for s in subs if plan.cutoff_us is not None and self._drain.idle_until(s, 0, plan.cutoff_us) > now
             )
             replay = batch_id not in self._planned_here
+        if replay:  # planned by an earlier process: recovered at the start, or read by name now
+            self.counters.add("batchesReplayed")
         ordered = frozenset(s for s, i in self._subs.items() if i.ordered)
         room = self._room_now(batch_id)
         return orders_of(
