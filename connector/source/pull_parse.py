@@ -10,9 +10,11 @@ the ack id and message id, which the receiver needs as ``str``.
 
 Only the layout the service sends is read this way, and it is proven, not assumed: every field in
 field-number order, each at most once, no field this module does not know, each length and varint
-well formed and inside its enclosing message, strings valid UTF-8. Anything else (attributes,
-unknown or reordered fields, truncated bytes) makes :func:`parse` answer ``None``, and the caller
-parses with upb instead: the answer is upb's or none.
+well formed and inside its enclosing message, strings valid UTF-8, at most one attribute a
+message. Anything else (unknown or reordered fields, two attributes, truncated bytes) makes
+:func:`parse` answer ``None``, and the caller parses with upb instead: the answer is upb's or
+none. (One attribute is what CockroachDB's ``with_table_name_attribute`` sends; of more, upb's map
+decides their order and which of a repeated key is kept.)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _LIMIT = 2**31 - 1  # Arrow's 32-bit offsets address the buffer
 _RM_ACK_ID, _RM_MESSAGE, _RM_DELIVERY_ATTEMPT = 0x0A, 0x12, 0x18
 _PM_DATA, _PM_ATTRIBUTES, _PM_MESSAGE_ID, _PM_PUBLISH_TIME, _PM_ORDERING_KEY = 0x0A, 0x12, 0x1A, 0x22, 0x2A
 _TS_SECONDS, _TS_NANOS = 0x08, 0x10
+_ENTRY_KEY, _ENTRY_VALUE = 0x0A, 0x12  # an attribute: a map entry, a message of its own
 
 
 class _NotProven(Exception):
@@ -39,7 +42,7 @@ class _NotProven(Exception):
 
 @dataclass(frozen=True)
 class Parsed:
-    """A Pull response's messages, in their order (attributes are never set: see the module)."""
+    """A Pull response's messages, in their order."""
 
     ack_ids: list[str]
     message_ids: list[str]
@@ -47,6 +50,9 @@ class Parsed:
     message_id_column: pa.Array  # string
     publish_us: np.ndarray  # int64, epoch microseconds
     ordering_keys: pa.Array | None  # string, null where empty; None when no message has one
+    # Which messages have an attribute (one each), and the keys and values of those, in order;
+    # None when no message has one.
+    attributes: tuple[np.ndarray, pa.Array, pa.Array] | None
 
 
 def parse(raw: bytes) -> Parsed | None:
@@ -70,8 +76,8 @@ def _parse(raw: bytes) -> Parsed:
     _at_end(pos, end)
     mpos = m_start.copy()
     data = _field_bytes(buf, mpos, m_end, _PM_DATA)
-    if _has(buf, mpos, m_end, _PM_ATTRIBUTES).any():
-        raise _NotProven  # attributes: upb reads them (never on CockroachDB's messages by default)
+    has_entry = _has(buf, mpos, m_end, _PM_ATTRIBUTES)
+    entry = _field_bytes(buf, mpos, m_end, _PM_ATTRIBUTES)  # a second one is left over: not proven
     mid = _field_bytes(buf, mpos, m_end, _PM_MESSAGE_ID)
     t_start, t_end = _field_bytes(buf, mpos, m_end, _PM_PUBLISH_TIME)
     key = _field_bytes(buf, mpos, m_end, _PM_ORDERING_KEY)
@@ -90,11 +96,15 @@ def _parse(raw: bytes) -> Parsed:
     key_lengths = key[1] - key[0]
     ordering_keys = None
     if key_lengths.any():
-        ordering_keys = _gather(values, *key, pa.string(), valid=key_lengths > 0)
-        try:
-            ordering_keys.validate(full=True)  # UTF-8, as upb requires of a string
-        except pa.ArrowInvalid:
-            raise _NotProven from None
+        ordering_keys = _utf8(_gather(values, *key, pa.string(), valid=key_lengths > 0))
+    attributes = None
+    if has_entry.any():
+        at = np.flatnonzero(has_entry)
+        epos, e_end = entry[0][at], entry[1][at]
+        k = _field_bytes(buf, epos, e_end, _ENTRY_KEY)  # either left out when empty
+        v = _field_bytes(buf, epos, e_end, _ENTRY_VALUE)
+        _at_end(epos, e_end)
+        attributes = has_entry, _utf8(_gather(values, *k, pa.string())), _utf8(_gather(values, *v, pa.string()))
     return Parsed(
         ack_ids,
         message_ids,
@@ -102,7 +112,16 @@ def _parse(raw: bytes) -> Parsed:
         _gather(values, *mid, pa.string()),  # valid UTF-8: decoded in _python_strings
         publish_us,
         ordering_keys,
+        attributes,
     )
+
+
+def _utf8(column: pa.Array) -> pa.Array:
+    try:
+        column.validate(full=True)  # UTF-8, as upb requires of a string
+    except pa.ArrowInvalid:
+        raise _NotProven from None
+    return column
 
 
 def _received_messages(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +168,9 @@ def _has(buf: np.ndarray, pos: np.ndarray, end: np.ndarray, tag: int) -> np.ndar
 
 
 def _varints(buf: np.ndarray, at: np.ndarray, longest: int = 10) -> tuple[np.ndarray, np.ndarray | int]:
-    """Read the varints starting at ``at``: their values (mod 2**64, as upb reads them) and sizes.
+    """Read the varints starting at ``at``: their values and sizes.
+
+    A tenth byte's bits past the 64th are dropped, as upb drops them (values mod 2**64).
 
     Longer than ``longest`` bytes is not proven: upb takes a length of at most 5 and a value of
     at most 10 (more is malformed).
@@ -163,8 +184,6 @@ def _varints(buf: np.ndarray, at: np.ndarray, longest: int = 10) -> tuple[np.nda
     size = np.ones(len(at), np.int64)
     for k in range(1, longest):
         b = buf[at[going] + k]
-        if k == 9 and (b > 1).any():
-            raise _NotProven  # bits past the 64th: read by upb alone
         value[going] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         size[going] += 1
         going = going[b >= 0x80]

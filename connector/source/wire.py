@@ -108,12 +108,18 @@ def pulled_batch(response: bytes | Any) -> tuple[list[str], list[str], pa.Record
 
 def _parsed_batch(parsed: pull_parse.Parsed) -> pa.RecordBatch:
     n = len(parsed.ack_ids)
+    if parsed.attributes is None:
+        attributes = pa.nulls(n, _ATTRIBUTES)
+    else:
+        has, keys, values = parsed.attributes
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(_offsets(has, n))])
+        attributes = pa.MapArray.from_arrays(offsets, keys, values, type=_ATTRIBUTES, mask=mask(~has))
     return pa.RecordBatch.from_arrays(
         [
             parsed.data,
             parsed.message_id_column,
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(parsed.publish_us)]),
-            pa.nulls(n, _ATTRIBUTES),  # a response with attributes is parsed by upb
+            attributes,
             pa.nulls(n, pa.string()) if parsed.ordering_keys is None else parsed.ordering_keys,
         ],
         schema=MESSAGE_SCHEMA,
