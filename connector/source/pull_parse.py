@@ -28,6 +28,10 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 _LIMIT = 2**31 - 1  # Arrow's 32-bit offsets address the buffer
+# Fewer messages are left to upb: reading them column-wise costs ~0.15 ms of numpy and Arrow calls
+# a response, whatever its size, which upb's parse and the walk beat below some 400 messages
+# (250 with an attribute each; examples/bench_pull_parse.py --messages).
+FEWEST = 400
 
 # Tags (field number << 3 | wire type), each one byte here.
 _RM_ACK_ID, _RM_MESSAGE, _RM_DELIVERY_ATTEMPT = 0x0A, 0x12, 0x18
@@ -56,7 +60,11 @@ class Parsed:
 
 
 def parse(raw: bytes) -> Parsed | None:
-    """Read a serialized ``PullResponse``; ``None`` when its layout is not the one proven here."""
+    """Read a serialized ``PullResponse``.
+
+    ``None`` when its layout is not the one proven here, or it holds fewer than :data:`FEWEST`
+    messages: upb reads those.
+    """
     if len(raw) > _LIMIT:
         return None
     try:
@@ -65,10 +73,16 @@ def parse(raw: bytes) -> Parsed | None:
         return None
 
 
-def _parse(raw: bytes) -> Parsed:
-    starts, ends = _received_messages(raw)
-    # Padded so that a varint's bytes can be read past the end; checked against the ends after.
-    buf = np.frombuffer(raw + bytes(10), np.uint8)
+def _parse(raw: bytes) -> Parsed | None:
+    if not raw or raw[0] != 0x0A:
+        return None
+    first, after = _varint(raw, 1)  # the first message's length, and where it starts
+    if len(raw) < FEWEST * (after + first):
+        return None  # too few messages of the first one's size to count them (~0.03 us a message)
+    starts, ends = _walk(raw) if first >= _LARGE else _split(raw)
+    if len(starts) < FEWEST:
+        return None
+    buf = np.frombuffer(raw, np.uint8)
     pos, end = starts.copy(), ends
     ack = _field_bytes(buf, pos, end, _RM_ACK_ID)
     m_start, m_end = _field_bytes(buf, pos, end, _RM_MESSAGE)
@@ -90,9 +104,9 @@ def _parse(raw: bytes) -> Parsed:
 
     publish_us = seconds * 1_000_000 + nanos // 1000
     values = pa.py_buffer(raw)
-    text = raw.decode("latin-1")
-    ack_ids = _python_strings(raw, text, *ack)
-    message_ids = _python_strings(raw, text, *mid)
+    message_id_column = _gather(values, *mid, pa.string())
+    ack_ids = _python_strings(_gather(values, *ack, pa.string()), *ack)
+    message_ids = _python_strings(message_id_column, *mid)  # the column is valid UTF-8 if these decode
     key_lengths = key[1] - key[0]
     ordering_keys = None
     if key_lengths.any():
@@ -109,7 +123,7 @@ def _parse(raw: bytes) -> Parsed:
         ack_ids,
         message_ids,
         _gather(values, *data, pa.binary()),
-        _gather(values, *mid, pa.string()),  # valid UTF-8: decoded in _python_strings
+        message_id_column,
         publish_us,
         ordering_keys,
         attributes,
@@ -124,14 +138,19 @@ def _utf8(column: pa.Array) -> pa.Array:
     return column
 
 
-def _received_messages(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+# From this size of the first message on, the messages are found by a walk in Python (~0.4 us a
+# message) rather than by upb (~0.05 us a message, but two copies of them, ~0.1 us a KB).
+_LARGE = 2048
+
+
+def _split(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Where each ReceivedMessage (field 1, the response's only field) starts and ends.
 
-    Each message's place follows from the length of the one before, a walk that costs ~0.4 us a
-    message in Python: upb makes it, parsing the response as a list of byte strings (a copy of
-    the bytes, ~0.05 us a message). Their lengths place them if the response is nothing but
-    those fields, each as ``0x0A``, the shortest varint of its length and the message: then and
-    only then do the sizes add up to the response's.
+    Each message's place follows from the length of the one before: a walk that costs ~0.4 us a
+    message in Python, made here by upb, parsing the response as a list of byte strings. Their
+    lengths place them if the response is nothing but those fields, each as ``0x0A``, the
+    shortest varint of its length and the message: then and only then do the sizes add up to the
+    response's.
     """
     try:
         split = _split_class().FromString(raw)
@@ -143,6 +162,35 @@ def _received_messages(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
     if (ends[-1] if len(ends) else 0) != len(raw):
         raise _NotProven
     return ends - lengths, ends
+
+
+def _walk(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ReceivedMessage starts and ends, found one after the other."""
+    starts: list[int] = []
+    ends: list[int] = []
+    p, size = 0, len(raw)
+    while p < size:
+        if raw[p] != 0x0A:
+            raise _NotProven
+        length, p = _varint(raw, p + 1)
+        if p + length > size:
+            raise _NotProven
+        starts.append(p)
+        p += length
+        ends.append(p)
+    return np.array(starts, np.int64), np.array(ends, np.int64)
+
+
+def _varint(raw: bytes, p: int) -> tuple[int, int]:
+    """Read the length at ``p``: it, and where it ends (at most 5 bytes, as upb reads a length)."""
+    value = shift = 0
+    for i in range(p, min(p + 5, len(raw))):
+        b = raw[i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i + 1
+        shift += 7
+    raise _NotProven
 
 
 @functools.cache
@@ -162,9 +210,18 @@ def _split_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("crdb_pubsub.Split"))
 
 
+def _byte(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Read the bytes at ``at``, the last one where ``at`` is past the end.
+
+    Read there only when a field runs past its message, which the callers then find (a copy of the
+    response padded at its end would cost more, on answers of large messages).
+    """
+    return buf.take(at, mode="clip")
+
+
 def _has(buf: np.ndarray, pos: np.ndarray, end: np.ndarray, tag: int) -> np.ndarray:
-    """Where field ``tag`` comes next (``buf`` is padded: ``pos`` never passes its end)."""
-    return (pos < end) & (buf[pos] == tag)
+    """Where field ``tag`` comes next."""
+    return (pos < end) & (_byte(buf, pos) == tag)
 
 
 def _varints(buf: np.ndarray, at: np.ndarray, longest: int = 10) -> tuple[np.ndarray, np.ndarray | int]:
@@ -175,7 +232,7 @@ def _varints(buf: np.ndarray, at: np.ndarray, longest: int = 10) -> tuple[np.nda
     Longer than ``longest`` bytes is not proven: upb takes a length of at most 5 and a value of
     at most 10 (more is malformed).
     """
-    b = buf[at]
+    b = _byte(buf, at)
     value = b.astype(np.uint64)
     going = np.flatnonzero(b >= 0x80)
     if not len(going):
@@ -183,7 +240,7 @@ def _varints(buf: np.ndarray, at: np.ndarray, longest: int = 10) -> tuple[np.nda
     value &= np.uint64(0x7F)
     size = np.ones(len(at), np.int64)
     for k in range(1, longest):
-        b = buf[at[going] + k]
+        b = _byte(buf, at[going] + k)
         value[going] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         size[going] += 1
         going = going[b >= 0x80]
@@ -240,18 +297,22 @@ def _at_end(pos: np.ndarray, end: np.ndarray) -> None:
         raise _NotProven
 
 
-def _python_strings(raw: bytes, text: str, start: np.ndarray, stop: np.ndarray) -> list[str]:
-    """Return the strings at ``start:stop`` of ``raw`` as Python ``str``.
+def _python_strings(column: pa.Array, start: np.ndarray, stop: np.ndarray) -> list[str]:
+    """Return the strings of a gathered string column as Python ``str``.
 
-    Sliced from ``text``, ``raw`` read as Latin-1 (one decode for all of them, one object each),
-    right where they are ASCII (ack and message ids are); decoded as UTF-8 one by one otherwise.
+    Sliced from its bytes read as Latin-1 (one decode for all of them, one object each), right
+    where they are ASCII (ack and message ids are); decoded as UTF-8 one by one otherwise.
     """
-    starts, stops = start.tolist(), stop.tolist()
-    out = [text[a:b] for a, b in zip(starts, stops)]
+    bounds = np.zeros(len(start) + 1, np.int64)
+    np.cumsum(stop - start, out=bounds[1:])
+    blob = bytes(memoryview(column.buffers()[2])[: bounds[-1]])
+    firsts, lasts = bounds[:-1].tolist(), bounds[1:].tolist()
+    text = blob.decode("latin-1")
+    out = [text[a:b] for a, b in zip(firsts, lasts)]
     if all(map(str.isascii, out)):
         return out
     try:
-        return [raw[a:b].decode() for a, b in zip(starts, stops)]
+        return [blob[a:b].decode() for a, b in zip(firsts, lasts)]
     except UnicodeDecodeError:
         raise _NotProven from None
 

@@ -21,6 +21,12 @@ PullResponse = pubsub.PullResponse.pb()
 CASES = 400
 
 
+@pytest.fixture
+def every_response(monkeypatch):
+    """Read responses of any size from the bytes (the fuzzed ones hold at most 20 messages)."""
+    monkeypatch.setattr(pull_parse, "FEWEST", 0)
+
+
 def _varint(value: int, pad: int = 0) -> bytes:
     """``value`` as a varint (negative: its 64-bit two's complement), ``pad`` needless bytes longer."""
     value &= (1 << 64) - 1
@@ -85,7 +91,7 @@ def _message(rng: random.Random, bends: set[str]) -> bytes:
     if keep(nanos):
         stamp.append((2, nanos))
     fields = []
-    data = rng.randbytes(rng.choice([0, 1, 5, 200, 300]))
+    data = rng.randbytes(rng.choice([0, 1, 5, 200, 300, 300, 300, 3000]))  # 3000: the walk in Python
     if keep(data):
         fields.append((1, data))
     if "attributes" in bends and rng.random() < 0.5:
@@ -167,7 +173,7 @@ def _assert_same(raw: bytes) -> bool:
     return pull_parse.parse(raw) is not None
 
 
-def test_the_bytes_read_as_upb_reads_them():
+def test_the_bytes_read_as_upb_reads_them(every_response):
     rng = random.Random(48)
     started = time.monotonic()
     read = sum(_assert_same(_response(rng)) for _ in range(CASES))
@@ -176,17 +182,42 @@ def test_the_bytes_read_as_upb_reads_them():
     assert time.monotonic() - started < 5
 
 
-def test_attributes_read_as_upb_reads_them():
+def test_attributes_read_as_upb_reads_them(every_response):
     rng = random.Random(480)
     bents = [{"attributes", rng.choice(BENDS)} for _ in range(CASES // 2)]
     read = sum(_assert_same(_response(rng, bends)) for bends in bents)
     assert read > CASES // 20, read
 
 
+def test_the_messages_are_found_as_upb_finds_them(every_response):
+    """The response's own layout bent, its messages not: found by upb's split, or walked when large."""
+    rng = random.Random(4800)
+    read = 0
+    for case in range(CASES // 2):
+        messages = [_message(rng, set()) for _ in range(rng.randint(1, 6))]
+        if case % 2:  # a large first message: the messages are walked
+            big = pubsub.ReceivedMessage.pb()(ack_id="big", message={"data": rng.randbytes(3000), "message_id": "1"})
+            messages[0] = big.SerializeToString()
+        fields = [_field(1, m, rng, set()) for m in messages]
+        bend = rng.choice(["unknown", "overlong", "tag", "truncate", "none"])
+        at = rng.randrange(len(fields))
+        if bend == "unknown":
+            fields.insert(rng.randint(0, len(fields)), _unknown(rng))
+        elif bend == "overlong":
+            fields[at] = _field(1, messages[at], rng, {"overlong"})
+        elif bend == "tag":
+            fields[at] = _varint(rng.choice([1 << 3, 1 << 3 | 5, 2 << 3 | 2, 0x8A])) + fields[at][1:]
+        raw = b"".join(fields)
+        if bend == "truncate":
+            raw = raw[: rng.randrange(len(raw))]
+        read += _assert_same(raw)
+    assert read > CASES // 10, read
+
+
 def test_a_response_from_protobuf_is_read_without_upb():
     rng = random.Random(7)
     pb = PullResponse()
-    for i in range(300):
+    for i in range(pull_parse.FEWEST):
         rm = pb.received_messages.add()
         rm.ack_id = "".join(rng.choice("abcXYZ019-_") for _ in range(rng.randint(1, 200)))
         rm.message.data = rng.randbytes(rng.randrange(400))
@@ -198,10 +229,12 @@ def test_a_response_from_protobuf_is_read_without_upb():
     raw = pb.SerializeToString()
     assert pull_parse.parse(raw) is not None
     assert _assert_same(raw)
-    assert pull_parse.parse(b"") is not None and _assert_same(b"")
+    del pb.received_messages[1:]
+    assert pull_parse.parse(pb.SerializeToString()) is None  # fewer: upb's
+    assert not _assert_same(pb.SerializeToString()) and not _assert_same(b"")
 
 
-def test_one_attribute_a_message_is_read_without_upb_more_by_upb():
+def test_one_attribute_a_message_is_read_without_upb_more_by_upb(every_response):
     pb = PullResponse()
     for i, attributes in enumerate([{"TABLE_NAME": "orders"}, {}, {"": ""}, {"TABLE_NAME": "日本"}]):
         rm = pb.received_messages.add()
