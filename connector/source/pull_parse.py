@@ -175,7 +175,7 @@ def _walk(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
         if raw[p] != 0x0A:
             raise _NotProven
         length, p = _varint(raw, p + 1)
-        if p + length > size:
+        if p + length > size:  # past the response: Arrow would gather from there unchecked
             raise _NotProven
         starts.append(p)
         p += length
