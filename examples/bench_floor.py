@@ -5,8 +5,9 @@ per figure (realistic changefeed messages, as ``bench_stream.py`` publishes):
 
   (0) the least a Python consumer does: raw Pull(1,000) and Acknowledge calls (no client library
       layer), reading only each message's ack id. The baseline;
-  (1) the same, reading every field into the Arrow batch the connector holds (``wire.pulled_batch``,
-      what the driver-side runner and a ``receiver=executors`` task do with each answer);
+  (1) the same, reading every field into the Arrow batch the connector holds (``wire.pulled_batch``
+      on the answer's bytes, what the driver-side runner and a ``receiver=executors`` task do with
+      each answer);
   (2) decoding those batches as a partition's ``read()`` does (``decode_messages`` on the Arrow
       columns), what Spark's Python workers do with each message.
 
@@ -32,15 +33,19 @@ MAX_PER_PULL = 1000
 ACKS_PER_REQUEST = 2500
 
 
-def _drain(channel, sub: str, n: int, work: Callable[[object], list[str]]) -> float:
-    """Pull and acknowledge ``n`` messages of ``sub``, ``work`` reading each answer; return the CPU seconds."""
+def _drain(channel, sub: str, n: int, work: Callable[[object], list[str]], raw: bool = False) -> float:
+    """Pull and acknowledge ``n`` messages of ``sub``, ``work`` reading each answer; return the CPU seconds.
+
+    ``raw``: ``work`` is handed the answer's bytes (as the connector's Pull stub hands them over),
+    else upb's parse of them.
+    """
     from google.pubsub_v1.types import pubsub
 
     pull_pb, ack_pb = pubsub.PullRequest.pb(), pubsub.AcknowledgeRequest.pb()
     pull = channel.unary_unary(
         "/google.pubsub.v1.Subscriber/Pull",
         request_serializer=pull_pb.SerializeToString,
-        response_deserializer=pubsub.PullResponse.pb().FromString,
+        response_deserializer=None if raw else pubsub.PullResponse.pb().FromString,
     )
     ack = channel.unary_unary(
         "/google.pubsub.v1.Subscriber/Acknowledge",
@@ -95,7 +100,7 @@ def main() -> None:
                 _publish(host, topic, bodies)
                 best["0"] = min(best["0"], _drain(channel, sub0, n, ack_ids_only))
                 held.clear()
-                best["1"] = min(best["1"], _drain(channel, sub1, n, into_arrow))
+                best["1"] = min(best["1"], _drain(channel, sub1, n, into_arrow, raw=True))
                 started = time.process_time()
                 for batch in held:
                     decode_messages(

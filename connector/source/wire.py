@@ -8,11 +8,14 @@ serialised once when it is sealed, and the executors read it back without copyin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from . import pull_parse
 
 MESSAGE_SCHEMA = pa.schema(
     [
@@ -48,15 +51,22 @@ def messages_batch(
     )
 
 
-def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
+def pulled_batch(response: bytes | Any) -> tuple[list[str], list[str], pa.RecordBatch]:
     """``(ack ids, message ids, columns)`` of one Pull response's messages, in their order.
 
-    ``response`` is a ``PullResponse``, raw protobuf or the generated client's proto-plus wrapper
-    (unwrapped first: reading fields through the wrapper costs far more). Every field is read
-    once in one pass (each read of a sub-message builds a Python wrapper); the columns are built
-    from their buffers, and the attribute and ordering-key columns, empty on CockroachDB's
-    messages, per message only when some message has one.
+    ``response`` is a serialized ``PullResponse`` (what the receive path gets, see
+    :mod:`.pull_parse`: read from its bytes, or parsed by upb where they are in another layout),
+    or the message itself, raw protobuf or the generated client's proto-plus wrapper (unwrapped
+    first: reading fields through the wrapper costs far more). A message's fields are read once
+    in one pass (each read of a sub-message builds a Python wrapper); the columns are built from
+    their buffers, and the attribute and ordering-key columns, empty on CockroachDB's messages,
+    per message only when some message has one.
     """
+    if isinstance(response, bytes):
+        parsed = pull_parse.parse(response)
+        if parsed is not None:
+            return parsed.ack_ids, parsed.message_ids, _parsed_batch(parsed)
+        response = _pull_response().FromString(response)  # upb's reading, or its error
     pb = type(response).pb(response) if hasattr(type(response), "pb") else response
     ack_ids: list[str] = []
     msgs = []
@@ -94,6 +104,33 @@ def pulled_batch(response: Any) -> tuple[list[str], list[str], pa.RecordBatch]:
         schema=MESSAGE_SCHEMA,
     )
     return ack_ids, mids, batch
+
+
+def _parsed_batch(parsed: pull_parse.Parsed) -> pa.RecordBatch:
+    n = len(parsed.ack_ids)
+    if parsed.attributes is None:
+        attributes = pa.nulls(n, _ATTRIBUTES)
+    else:
+        has, keys, values = parsed.attributes
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(_offsets(has, n))])
+        attributes = pa.MapArray.from_arrays(offsets, keys, values, type=_ATTRIBUTES, mask=mask(~has))
+    return pa.RecordBatch.from_arrays(
+        [
+            parsed.data,
+            parsed.message_id_column,
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(parsed.publish_us)]),
+            attributes,
+            pa.nulls(n, pa.string()) if parsed.ordering_keys is None else parsed.ordering_keys,
+        ],
+        schema=MESSAGE_SCHEMA,
+    )
+
+
+@functools.cache
+def _pull_response() -> Any:
+    from google.pubsub_v1.types import pubsub
+
+    return pubsub.PullResponse.pb()
 
 
 # Columns from their buffers. The receive path builds them for every Pull; ``pa.array`` of Python

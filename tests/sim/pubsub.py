@@ -682,7 +682,9 @@ class SimSubscriberClient:
             rm.message.publish_time.nanos = (m.publish_us % 1_000_000) * 1000
             if m.key:
                 rm.message.ordering_key = m.key
-        return out
+        # Serialized, as the source's Pull stub hands a real answer over: the simulated receive
+        # path reads the bytes as the real one does (transport._raw_pull_stub, pull_parse).
+        return out.SerializeToString()
 
     def acknowledge(self, request: Any = None, *, timeout: float | None = None, retry: Any = None, **_: Any) -> None:
         self.service.acknowledge(_field(request, "subscription"), list(_field(request, "ack_ids")), timeout)

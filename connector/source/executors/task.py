@@ -580,9 +580,11 @@ def _accept(out: _Pulled, done: _Done) -> tuple[bool, float, int]:
     response, sent_mono, sent_wall = done.outcome
     if out.pulled_at is None or sent_wall < out.pulled_at:
         out.pulled_at = sent_wall
-    started = cpu_seconds()
+    started, sampled = cpu_seconds(), out.sampled
     more = out.accept(done.sub, response, sent_mono, sent_wall)
-    return more, cpu_seconds() - started, len(response.received_messages)
+    # The answer's messages, counted where they were read (the response may be its bytes): every
+    # one of them is sampled, its size seen.
+    return more, cpu_seconds() - started, out.sampled - sampled
 
 
 @dataclass
