@@ -510,3 +510,14 @@ def drawn_driver_posix_5264(seed: int = 5264) -> Scenario:
     evidence: Pub/Sub had given the messages to the first Pull. An answer proves nothing now
     while a Pull sent before it is not taken (tests/source/pubsub/test_drained.py)."""
     return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_driver_posix_10702(seed: int = 10702) -> Scenario:
+    """On 00546bd (seeds 10,000-11,499): on an ordered subscription a batch yielded 1000030 before
+    1000016, 1000019 and 1000024 of its key. A runner's write of its batch 6 failed but landed; the
+    next process recovered it (Spark never saw it) and put it back at the end of the buffer, behind
+    an answer its pullers had taken meanwhile, which held the key's later message (Pub/Sub delivers
+    a key again from its first unacknowledged message). Such batches now go to the buffer's head
+    (tests/source/driver/test_receiver.py)."""
+    return draw(seed, "driver", "posix")

@@ -139,9 +139,7 @@ class DriverMode:
         """
         receiver = self.receiver
         unseen = sorted(b for b in self._recovered if b > committed)
-        for bid in unseen:
-            _, chunks = self._recovered.pop(bid)
-            receiver.requeue(chunks)
+        receiver.requeue([c for bid in unseen for c in self._recovered.pop(bid)[1]])
         if unseen:
             if self._ledger is not None:
                 self._ledger.drop(unseen)

@@ -553,12 +553,16 @@ class Receiver:
         self.leaser.add(list(chunks), float(self._lease_seconds))
 
     def requeue(self, chunks: Sequence[Chunk]) -> None:
-        """Adopted chunks whose batch Spark never recorded: they go into the next batches."""
+        """Adopted chunks whose batch Spark never recorded, in their order: they go into the next batches.
+
+        Before what is buffered: they were delivered before it, and on an ordered subscription
+        what the pullers buffered meanwhile may be their keys' later messages.
+        """
         with self._cond:
             for c in chunks:
                 c.state = BUFFERED
-                self._buffer.append(c)
                 self._buffered += len(c)
+            self._buffer.extendleft(reversed(chunks))
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ AvailableNow and first fill
