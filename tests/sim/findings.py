@@ -521,3 +521,14 @@ def drawn_driver_posix_10702(seed: int = 10702) -> Scenario:
     a key again from its first unacknowledged message). Such batches now go to the buffer's head
     (tests/source/driver/test_receiver.py)."""
     return draw(seed, "driver", "posix")
+
+
+@finding
+def drawn_executors_gs_12658(seed: int = 12658) -> Scenario:
+    """On 7ea09aa (seeds 11,500-12,999): an AvailableNow run ended with 11 of 40 messages of its
+    backlog unread. The acknowledgement of a batch on an ordered subscription was lost; its
+    messages stayed leased for the runner's last renewal (ackDeadlineSeconds 60), holding their
+    keys back, while receiver=executors counted the shadow of an unproven acknowledgement as the
+    subscription's deadline (20 s) from its answer. The driver's receiver counts it to the
+    messages' last lease (pubsub/holding.py); the executors' copy of that rule now does too."""
+    return draw(seed, "executors", "gs")

@@ -694,8 +694,13 @@ class ExecutorsMode:
 
     def _on_unproven(self, sub: str, chunks: Sequence[Chunk]) -> None:
         # An acknowledgement not proven may leave its message leased, holding an ordered key's
-        # next messages back until the lease lapses: no empty answer before then proves "drained".
+        # next messages back until its last lease ends (a renewal of ackDeadlineSeconds, which
+        # may be longer than the subscription's deadline), and at least an ack deadline from now:
+        # no empty answer before then proves "drained" (the rule of pubsub/holding.py).
+        assert self._leaser is not None
+        until = _wall(self._leaser.leased_until(chunks))
         with self._lock:
+            self._drain.shadow(sub, until)
             self._drain.leased_at(sub, time.time())
 
     def _wait_out(self, leased_until: float) -> None:
