@@ -532,3 +532,15 @@ def drawn_executors_gs_12658(seed: int = 12658) -> Scenario:
     subscription's deadline (20 s) from its answer. The driver's receiver counts it to the
     messages' last lease (pubsub/holding.py); the executors' copy of that rule now does too."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_executors_posix_1238(seed: int = 1238) -> Scenario:
+    """On 928a414: a message was yielded twice, 770 s apart. The subscription's ack deadline (20 s)
+    is longer than ackDeadlineSeconds (10): a task's keeper renewed a fresh Pull's lease, so that
+    it would end 10 s later, and recorded its slice while the renewal was in flight, with the
+    Pull's 20 s as the proof. The driver judged the acknowledgement it sent 12.4 s later proven
+    (a standard subscription answers OK to a lapsed ack id) and remembered the id for the dedupe
+    window only. The proof now shrinks as a renewal is sent (pubsub/leaser.py), and a slice
+    records no more than the task's lease from the recording (executors/task.py)."""
+    return draw(seed, "executors", "posix")
