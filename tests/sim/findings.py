@@ -544,3 +544,16 @@ def drawn_executors_posix_1238(seed: int = 1238) -> Scenario:
     window only. The proof now shrinks as a renewal is sent (pubsub/leaser.py), and a slice
     records no more than the task's lease from the recording (executors/task.py)."""
     return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_executors_posix_408(seed: int = 408) -> Scenario:
+    """On 7eb41ff (the executors' planner on pubsub/holding.py): an AvailableNow run ended with a
+    message unread. The run before handed its later rows back as it ended; the hand-back was lost,
+    which leaves the message leased until its last lease. The driver counted the last lease it knew
+    of (its own renewal, 60 s from 0.6 s), but the task that pulled the message had renewed it
+    until it ended (60 s from 5.7 s): the next run waited out 60.6 s, took an answer before 65.7 s
+    as proof of drained and ended. The same code on 928a414 passes this world only because its
+    trajectory differs. A batch's commit now counts its tasks' renewals (each a lease from the
+    commit at most) in the leases of its messages."""
+    return draw(seed, "executors", "posix")

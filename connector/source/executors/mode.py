@@ -44,7 +44,7 @@ from ..pubsub.holding import Holding
 from ..pubsub.remembered import IdSet
 from ..pubsub.subscription import ReceiverError, Subscription, open_subscription
 from ..state.ledger import Ledger, Recovered, StateDirError
-from ..transport import Rpc, rpc_for
+from ..transport import MODIFY_DEADLINE, Rpc, rpc_for
 from ..wire import mask, numbers
 from .orders import Plan, SliceOrder, longest_lease, orders_of
 from .seen import SeenServer
@@ -367,6 +367,14 @@ class ExecutorsMode:
             unregistered = [s for (b, _), s in self._slices.items() if b <= upto and s not in done]
             for key in [k for k in self._slices if k[0] <= upto]:
                 del self._slices[key]
+        # Their tasks renewed the leases until they ended, before Spark committed: each renewal
+        # may set a lease ending up to ackDeadlineSeconds (and the time it takes to act) from now,
+        # later than this process knows. A hand-back or an acknowledgement that fails leaves them
+        # leased that long.
+        self.holding.leaser.leased_elsewhere(
+            [c for s in (*done, *unregistered) for c in (*s.chunks, *s.later)],
+            time.monotonic() + self._opts.ackDeadlineSeconds + MODIFY_DEADLINE.total,
+        )
         # A slice that was leased but not registered yielded nothing (its task died first, or Spark
         # did not need it): its messages go back to Pub/Sub, never acknowledged.
         self._hand_back([c for s in unregistered for c in s.chunks + s.later], deliverable=True)

@@ -123,6 +123,15 @@ class Leaser:
         if wake:
             self._wake.set()
 
+    def leased_elsewhere(self, chunks: Iterable[Chunk], until: float) -> None:
+        """Note that another process (a task) may have leased ``chunks`` until ``until`` (this clock).
+
+        :meth:`leased_until` counts it: a hand-back that fails leaves them leased that long.
+        """
+        with self._lock:
+            for c in chunks:
+                c.lease_until = max(c.lease_until, until)
+
     def renew_soon(self, chunks: Iterable[Chunk]) -> None:
         """Renew ``chunks`` (those leased here) in the next round, which starts at once.
 
