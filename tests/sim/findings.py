@@ -532,3 +532,28 @@ def drawn_executors_gs_12658(seed: int = 12658) -> Scenario:
     subscription's deadline (20 s) from its answer. The driver's receiver counts it to the
     messages' last lease (pubsub/holding.py); the executors' copy of that rule now does too."""
     return draw(seed, "executors", "gs")
+
+
+@finding
+def drawn_executors_posix_1238(seed: int = 1238) -> Scenario:
+    """On 928a414: a message was yielded twice, 770 s apart. The subscription's ack deadline (20 s)
+    is longer than ackDeadlineSeconds (10): a task's keeper renewed a fresh Pull's lease, so that
+    it would end 10 s later, and recorded its slice while the renewal was in flight, with the
+    Pull's 20 s as the proof. The driver judged the acknowledgement it sent 12.4 s later proven
+    (a standard subscription answers OK to a lapsed ack id) and remembered the id for the dedupe
+    window only. The proof now shrinks as a renewal is sent (pubsub/leaser.py), and a slice
+    records no more than the task's lease from the recording (executors/task.py)."""
+    return draw(seed, "executors", "posix")
+
+
+@finding
+def drawn_executors_posix_408(seed: int = 408) -> Scenario:
+    """On 7eb41ff (the executors' planner on pubsub/holding.py): an AvailableNow run ended with a
+    message unread. The run before handed its later rows back as it ended; the hand-back was lost,
+    which leaves the message leased until its last lease. The driver counted the last lease it knew
+    of (its own renewal, 60 s from 0.6 s), but the task that pulled the message had renewed it
+    until it ended (60 s from 5.7 s): the next run waited out 60.6 s, took an answer before 65.7 s
+    as proof of drained and ended. The same code on 928a414 passes this world only because its
+    trajectory differs. A batch's commit now counts its tasks' renewals (each a lease from the
+    commit at most) in the leases of its messages."""
+    return draw(seed, "executors", "posix")

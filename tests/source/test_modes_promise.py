@@ -462,7 +462,7 @@ def test_tasks_learn_only_of_the_ids_they_pulled_and_the_driver_forgets_them_in_
     n = max(calls.logs.offsets)
     parts = reader.partitions(calls.logs.offsets[n - 1], calls.logs.offsets[n])
     assert parts and all(len(pickle.dumps(p.order)) < 2000 for p in parts), "an order carries message ids"
-    assert 0 < mode._remembered.count() <= 250
+    assert 0 < mode.holding.remembered.count() <= 250
     yielded = [m for m in ids if m in set(calls.ids())]
     assert mode._seen_answer(n + 1, SUB, yielded).any(), "the driver forgot acknowledged ids at once"
     real = time.monotonic

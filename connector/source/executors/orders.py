@@ -57,6 +57,15 @@ class Plan:
             tuple(raw.get("ordered", ())),
         )
 
+    def messages_of(self, index: int) -> int:
+        """Task ``index``'s share of the plan's messages: the shares add up to ``max_messages``."""
+        return share(self.max_messages, self.parts, index)
+
+    @property
+    def bytes_each(self) -> int:
+        """Each task's share of the plan's bytes (at least one)."""
+        return max(1, math.ceil(self.max_bytes / self.parts))
+
     def subscriptions(self, index: int, subs: list[str]) -> tuple[str, ...]:
         """Return the subscriptions task ``index`` pulls.
 
@@ -126,7 +135,7 @@ def orders_of(
     """
     shortest = min(deadlines.values(), default=10)
     seconds = max(0.5, min(MAX_TASK_PULL_SECONDS, shortest * TASK_PULL_FRACTION))
-    count, nbytes = plan.max_messages, max(1, math.ceil(plan.max_bytes / plan.parts)) * plan.parts
+    count, nbytes = plan.max_messages, plan.bytes_each * plan.parts
     if room is not None:
         count, nbytes = min(count, max(0, room[0])), min(nbytes, max(0, room[1]))
     out = []

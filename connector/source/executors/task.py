@@ -424,6 +424,10 @@ class _Pulled:
             oldest = int(publish[keep].min()) if kept else None
         mono, wall = time.monotonic(), time.time()
         proven = min((c.proven_until for c in self.chunks), default=mono)
+        # The keeper renews on after the recording, each renewal setting the lease to end
+        # lease_seconds after it (sooner than a Pull's lease of a longer subscription deadline):
+        # no later renewal lets the lease end sooner than this.
+        proven = min(proven, mono + self.order.lease_seconds)
         kept_by_sub: dict[str, int] = {}
         held_by_sub: dict[str, int] = {}
         later_bytes = 0

@@ -13,8 +13,9 @@ leaves in one of two ways, both through the :mod:`.acker`, the one path to Pub/S
   up, and the leases of an earlier process of the query (:meth:`Holding.wait_out`).
 
 The owner keeps what differs between the modes: where Pulls run, what is held for which batch, how
-a batch is recorded. The driver's receiver holds its messages with it; the executors' planner and
-its tasks still wire the same parts themselves (their move here is the next step).
+a batch is recorded. The driver's receiver and the executors' planner hold their messages with it;
+a ``receiver=executors`` task, short-lived and on another host, still leases and hands back what it
+pulled itself (:mod:`..executors.task`).
 
 Times: leases are on the monotonic clock (``clock``); the evidence is on the owner's clock
 (``evidence_clock``: the driver's receiver uses the monotonic one, the executors' planner wall time,
@@ -147,6 +148,11 @@ class Holding:
         flushed = self.acker.flush(max(0.0, end - self._clock()))
         self.acker.stop()
         return renewed, flushed
+
+    @property
+    def waiting(self) -> list[Chunk]:
+        """The chunks whose hand-back waits for a renewal in flight: still held. The caller holds the owner's lock."""
+        return list(self._waiting)
 
     # ------------------------------------------------------------------ handing back
 

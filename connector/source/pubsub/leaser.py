@@ -12,7 +12,9 @@ A renewal *sets* when a lease ends (it may shorten it: a subscription's deadline
 ``sent + seconds`` (Pub/Sub applied the new deadline after the request was sent) when Pub/Sub
 answered it before the proven lease ran out; otherwise (answered late, failed, no answer: it may
 have acted all the same) the proof can only shrink to that, never grow: a standard subscription
-answers OK to an expired ack id. Both receiver modes and the executors' tasks use this class.
+answers OK to an expired ack id. It shrinks as the request is sent, not when it is answered: in
+flight, the renewal may already have set the shorter lease. Both receiver modes and the executors'
+tasks use this class.
 """
 
 from __future__ import annotations
@@ -120,6 +122,15 @@ class Leaser:
             wake = self._due_before_next_round(chunks)
         if wake:
             self._wake.set()
+
+    def leased_elsewhere(self, chunks: Iterable[Chunk], until: float) -> None:
+        """Note that another process (a task) may have leased ``chunks`` until ``until`` (this clock).
+
+        :meth:`leased_until` counts it: a hand-back that fails leaves them leased that long.
+        """
+        with self._lock:
+            for c in chunks:
+                c.lease_until = max(c.lease_until, until)
 
     def renew_soon(self, chunks: Iterable[Chunk]) -> None:
         """Renew ``chunks`` (those leased here) in the next round, which starts at once.
@@ -350,6 +361,9 @@ class Leaser:
             self._landed(chunks)
             return
         sent = self._clock()
+        with self._lock:
+            for c in chunks:
+                c.proven_until = min(c.proven_until, sent + seconds)  # it may act from now on
         result: AckResult | None = None
         try:
             result = self._renew(sub, ids, seconds)
@@ -361,18 +375,13 @@ class Leaser:
                 # (``_landed``): one that fails leaves the message leased until then.
                 for c in chunks:
                     c.lease_until = max(c.lease_until, answered + seconds)
-                    if result is None:  # raised: it may have set the lease all the same
-                        c.proven_until = min(c.proven_until, sent + seconds)
             self._landed(chunks)
         failed = result.failed
         extended = 0
         with self._lock:
             for c in chunks:
                 if c.state == DONE:
-                    # Acknowledged or handed back meanwhile: its renewal proves nothing more, and
-                    # may have shortened the lease an acknowledgement's answer is judged by.
-                    c.proven_until = min(c.proven_until, sent + seconds)
-                    continue
+                    continue  # acknowledged or handed back meanwhile: its renewal proves nothing more
                 mine = c.fresh_ack_ids()
                 # Extended when, of each message, an ack id was (the others are earlier deliveries').
                 ok = not failed or not any(c.failed(i, failed) for i in range(len(c)) if i not in c.stale)
@@ -380,8 +389,6 @@ class Leaser:
                     extended += len(mine)
                 if ok and answered < c.proven_until:
                     c.proven_until = sent + seconds
-                else:
-                    c.proven_until = min(c.proven_until, sent + seconds)
         self._on_extended(extended)
         if failed:
             log.warning(

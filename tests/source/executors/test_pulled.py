@@ -4,6 +4,7 @@ rows and their leases, with each answer's Pull sent when the test says."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 from google.pubsub_v1.types import PullResponse
@@ -128,3 +129,20 @@ def test_the_first_pull_asks_for_no_more_than_the_byte_share_holds():
         Leaser(lambda *a: AckResult(), lease_seconds=10, max_lease_seconds=60),
     )
     assert large.room() == task.FIRST_PULL_MESSAGES
+
+
+def test_the_proof_a_slice_records_outlives_no_renewal_the_task_may_send_after_it():
+    """A subscription whose ack deadline (20 s) is longer than the task's lease (ackDeadlineSeconds
+    10): a Pull leases its messages for 20 s, and every renewal the task's keeper sends from now
+    on, before or after the slice is recorded, sets the lease to end 10 s after it. The proof the
+    slice records, by which the driver judges the acknowledgement's answer at the commit, is then
+    at most 10 s from the recording. On 928a414 it was the Pull's 20 s: the driver judged an
+    acknowledgement sent 12.4 s after the recording proven on a standard subscription (the lease
+    had lapsed; Pub/Sub answers OK all the same), and the message, delivered again 770 s later,
+    was yielded a second time (sim executors/posix seed 1238)."""
+    pulled = _pulled()
+    pulled.order = replace(pulled.order, deadlines={SUB: 20})
+    now = time.monotonic()
+    pulled.accept(SUB, _answer(("7", "a1"), ("8", "a2")), now, time.time())
+    recorded = pulled.info()
+    assert recorded.proven_until <= time.time() + 10.0, "the recorded proof outlives the task's next renewal"

@@ -277,6 +277,37 @@ def test_a_renewal_shorter_than_the_lease_it_renews_proves_only_the_shorter_leas
     assert failed.proven_until == now + 10.0, "a failed renewal may have set the lease all the same"
 
 
+def test_a_renewal_in_flight_that_may_shorten_the_lease_already_bounds_the_proof():
+    """A renewal of 10 s sent while a Pull's lease of 20 s runs may set the lease to end 10 s from
+    its arrival as soon as it is sent: what reads the proof meanwhile (a receiver=executors task
+    recording its slice, an acknowledgement answered) must not count on the Pull's 20 s. On
+    928a414 the proof kept the Pull's lease until the renewal was answered: a task recorded its
+    slice while the renewal was in flight, the driver judged the acknowledgement sent 12.4 s later
+    proven on a standard subscription (the lease had lapsed: Pub/Sub answers OK all the same), and
+    the message, delivered again 770 s later, was yielded a second time (sim executors/posix seed
+    1238)."""
+    in_flight, answer = threading.Event(), threading.Event()
+
+    def renew(sub: str, ack_ids: list[str], seconds: int) -> AckResult:
+        in_flight.set()
+        answer.wait(5)
+        return AckResult(confirmed=list(ack_ids))
+
+    leaser = Leaser(renew, lease_seconds=10, max_lease_seconds=600)
+    now = time.monotonic()
+    c = Chunk("s", ["m"], ["a"], None, 1, 1, now, proven_until=now + 20.0)
+    leaser.add([c], 20.0)
+    t = threading.Thread(target=leaser.extend, args=([c], 10))
+    t.start()
+    assert in_flight.wait(5)
+    try:
+        assert c.proven_until <= time.monotonic() + 10.0, "the proof outlives the lease the renewal in flight may set"
+    finally:
+        answer.set()
+        t.join(5)
+    assert c.proven_until <= time.monotonic() + 10.0
+
+
 @pytest.mark.virtual_time
 def test_no_renewal_goes_once_the_process_may_no_longer_hold_messages():
     """A runner that missed its SIGTERM lives on beside the query's next run, which took the
