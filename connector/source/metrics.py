@@ -31,6 +31,11 @@ METRICS: dict[str, Metric] = {
         "... proven to have left the subscription: confirmed by an exactly-once "
         "subscription, or answered while the message's lease was proven alive",
     ),
+    "ackLate": Metric(
+        "counter",
+        "... answered OK too late to prove it: the message's lease may have lapsed first, as when its "
+        "renewals were answered late (remembered; see Guarantees)",
+    ),
     "ackFailed": Metric("counter", "... that Pub/Sub refused or could not be reached for (remembered; see Guarantees)"),
     "ackStale": Metric("counter", "... sent with an ack id of an earlier process (the message stays remembered)"),
     "handedBack": Metric("counter", "messages handed back for immediate redelivery (AvailableNow cutoff, shutdown)"),

@@ -133,18 +133,21 @@ class Acknowledgements:
             exactly_once = sub in self._exactly_once
             failed = result.failed
             unproven: list[tuple[str, str, str]] = []
-            n_failed = 0
+            n_failed = n_late = 0
             for c in chunks:
                 # The usual chunk: every ack id answered OK while its lease was proven alive.
-                if not failed and not c.stale and (exactly_once or answered < c.proven_until):
+                in_time = exactly_once or answered < c.proven_until
+                if not failed and not c.stale and in_time:
                     continue
                 for i, (m, a) in enumerate(zip(c.message_ids, c.ack_ids)):
                     gone = bool(failed) and c.failed(i, failed)
                     n_failed += gone
-                    if gone or i in c.stale or not (exactly_once or answered < c.proven_until):
+                    if gone or i in c.stale or not in_time:
                         unproven.append((sub, m, a))
+                        n_late += not gone and i not in c.stale
             total = sum(len(c) for c in chunks)
             self._counters.add("ackConfirmed", total - len(unproven))
+            self._counters.add("ackLate", n_late)
             self._counters.add("ackFailed", n_failed)
             self._counters.add("ackStale", sum(len(c.stale) for c in chunks))
             if unproven:

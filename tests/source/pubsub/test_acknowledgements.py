@@ -21,14 +21,14 @@ class _Rpc:
         return AckResult(confirmed=list(ack_ids))  # a standard subscription: OK, whether it acted or not
 
 
-def _acks(exactly_once: bool = False) -> tuple[Acknowledgements, Remembered, Acker]:
+def _acks(exactly_once: bool = False, counters: Counters | None = None) -> tuple[Acknowledgements, Remembered, Acker]:
     acker = Acker(_Rpc())
     acker.start()
     remembered = Remembered()
     acks = Acknowledgements(
         acker,
         remembered,
-        Counters(),
+        counters if counters is not None else Counters(),
         exactly_once={SUB} if exactly_once else set(),
         proven_memory=PROVEN,
         unproven_memory=UNPROVEN,
@@ -65,5 +65,23 @@ def test_on_an_exactly_once_subscription_the_answer_is_the_proof():
     try:
         lapsed = Chunk(SUB, ["7"], ["a7"], None, 1, 1, time.monotonic(), proven_until=time.monotonic() - 1)
         assert _answered(acks, lapsed) == []
+    finally:
+        acker.stop()
+
+
+def test_every_answered_acknowledgement_is_counted_by_its_outcome():
+    # A user reads ``acknowledged`` against its outcomes: an OK that came after the lease could
+    # have lapsed (renewals answered late under load) is neither confirmed, failed nor stale, and
+    # must still show, or the gap looks like acknowledgements that never came back.
+    counters = Counters()
+    acks, _, acker = _acks(counters=counters)
+    try:
+        now = time.monotonic()
+        lapsed = Chunk(SUB, ["1", "2"], ["a1", "a2"], None, 1, 1, now, proven_until=now - 1)
+        alive = Chunk(SUB, ["3"], ["a3"], None, 1, 1, now, proven_until=now + 60)
+        _answered(acks, lapsed)
+        _answered(acks, alive)
+        m = counters.snapshot()
+        assert (m["acknowledged"], m["ackConfirmed"], m["ackLate"], m["ackFailed"], m["ackStale"]) == (3, 1, 2, 0, 0), m
     finally:
         acker.stop()
