@@ -15,6 +15,10 @@ exists; none for one that does not (the service answers an empty set there, not 
     ... option("emulatorHost", proxy.host_port) ...
     proxy.calls["GetSubscription"]  # how often each method was asked for, refused or not
     proxy.close()
+
+``refuse`` may change while the proxy runs, and ``code``/``details`` name another refusal: an
+outage of one method (``RefusingProxy(host, refuse=set(), code=grpc.StatusCode.UNAVAILABLE)``, then
+``proxy.refuse.add("Acknowledge")``) lets every other call through.
 """
 
 from __future__ import annotations
@@ -37,10 +41,19 @@ _GET_SUBSCRIPTION = "/google.pubsub.v1.Subscriber/GetSubscription"
 
 
 class RefusingProxy:
-    """Forward gRPC calls to ``backend``; answer the methods named in ``refuse`` with PERMISSION_DENIED."""
+    """Forward gRPC calls to ``backend``; answer the methods named in ``refuse`` with ``code`` (PERMISSION_DENIED)."""
 
-    def __init__(self, backend: str, refuse: Iterable[str], granted: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        refuse: Iterable[str],
+        granted: Iterable[str] | None = None,
+        *,
+        code: grpc.StatusCode = grpc.StatusCode.PERMISSION_DENIED,
+        details: str = DENIED,
+    ) -> None:
         self.refuse = set(refuse)
+        self.code, self.details = code, details
         self.granted = None if granted is None else frozenset(granted)
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -92,7 +105,7 @@ class _Handler(grpc.GenericRpcHandler):
             def stream(requests, context):
                 proxy.count(name)
                 if name in proxy.refuse:
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, DENIED)
+                    context.abort(proxy.code, proxy.details)
                 try:
                     yield from proxy._channel.stream_stream(method)(requests)
                 except grpc.RpcError as exc:
@@ -104,7 +117,7 @@ class _Handler(grpc.GenericRpcHandler):
         def unary(request: bytes, context):
             proxy.count(name)
             if name in proxy.refuse:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, DENIED)
+                context.abort(proxy.code, proxy.details)
             if name == "TestIamPermissions" and proxy.granted is not None:
                 return proxy.test_permissions(request, context)
             try:

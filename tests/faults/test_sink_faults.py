@@ -53,10 +53,18 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     t0 = time.monotonic()
     try:
         with MetricsSampler(q) as sampler:
+            # Every acknowledgement answered. An OK that came after a lease could have lapsed
+            # (``ackLate``: a renewal answered more than a second late, with a 3 s deadline, on a
+            # loaded machine) proves nothing, but the message has left all the same when nothing
+            # is left on the subscription below.
+            def answered() -> bool:
+                m = sampler.last()
+                return m.get("ackConfirmed", 0) + m.get("ackLate", 0) >= len(ids)
+
             wait_for(
-                lambda: sampler.last().get("ackConfirmed", 0) >= len(ids),
+                answered,
                 60 + slow_batches * sleep_s * 3,
-                "every message acknowledged",
+                "every message's acknowledgement answered",
                 query=q,
             )
             time.sleep(1)
@@ -78,6 +86,7 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
         leases_extended=last.get("leasesExtended"),
         redelivered_while_held=last.get("redeliveredWhileHeld"),
         leases_expired=last.get("leasesExpired"),
+        ack_late=last.get("ackLate"),
         left_on_subscription=len(left),
         seconds=round(elapsed, 1),
     )
@@ -85,6 +94,7 @@ def test_slow_sink_beyond_five_ack_deadlines(spark, emulator_host, make_subscrip
     assert not unexpected and lost == 0 and duplicated == 0
     assert last["redeliveredWhileHeld"] == 0, "Pub/Sub redelivered a message whose lease should have been extended"
     assert last.get("leasesExpired", 0) == 0
+    assert last["ackFailed"] == 0 and last["ackStale"] == 0, last
     assert last["leasesExtended"] >= len(ids), "held messages' leases were not extended"
     assert left == [], "acknowledged messages are still on the subscription"
 
