@@ -80,6 +80,9 @@ MUTANTS = [
         "                    c.proven_until = sent + seconds\n",
         "                    c.proven_until = max(c.proven_until, sent + seconds)\n",
         "an acknowledgement after the shortened lease lapsed counts as proven: read twice (drawn_executors_posix_6567)",
+        equivalent="since b40daee the proof shrinks to sent + seconds when the renewal is sent, and nothing raises it "
+        "while the renewal is in flight (a delivery that refreshes the chunk keeps the smaller proof: the chunk "
+        "has a fresh ack id, the one renewed), so at the answer max() picks sent + seconds all the same",
     ),
     Mutant(
         "a renewal in flight leaves the proof as it was",
