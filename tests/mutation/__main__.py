@@ -103,7 +103,7 @@ def _detail(stage: str, done: subprocess.CompletedProcess) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mutation")
     p.add_argument("--tier", choices=["fast", "ci"], default="fast")
-    p.add_argument("--only", help="the mutants whose name holds this text")
+    p.add_argument("--only", help="the mutants whose name holds this text (several texts: separated by |)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--check", action="store_true", help="only check that every mutant applies")
     p.add_argument(
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "source lacks the text of is skipped",
     )
     args = p.parse_args(argv)
-    mutants = [m for m in MUTANTS if not args.only or args.only in m.name]
+    texts = args.only.split("|") if args.only else []
+    mutants = [m for m in MUTANTS if not texts or any(t in m.name for t in texts)]
     if args.checkout != ROOT:
         here = [m for m in mutants if (args.checkout / "connector" / m.file).exists()]
         here = [m for m in here if (args.checkout / "connector" / m.file).read_text().count(m.old) == 1]

@@ -80,6 +80,17 @@ MUTANTS = [
         "                    c.proven_until = sent + seconds\n",
         "                    c.proven_until = max(c.proven_until, sent + seconds)\n",
         "an acknowledgement after the shortened lease lapsed counts as proven: read twice (drawn_executors_posix_6567)",
+        equivalent="since b40daee the proof shrinks to sent + seconds when the renewal is sent, and nothing raises it "
+        "while the renewal is in flight (a delivery that refreshes the chunk keeps the smaller proof: the chunk "
+        "has a fresh ack id, the one renewed), so at the answer max() picks sent + seconds all the same",
+    ),
+    Mutant(
+        "a renewal in flight leaves the proof as it was",
+        "source/pubsub/leaser.py",
+        "                c.proven_until = min(c.proven_until, sent + seconds)  # it may act from now on\n",
+        "                pass\n",
+        "a slice recorded while a shortening renewal is in flight proves the longer lease: read twice "
+        "(drawn_executors_posix_1238)",
     ),
     Mutant(
         "a commit whose answered marker is missing forgets its proven ids",
@@ -270,6 +281,14 @@ MUTANTS = [
         "return 0 if asked else max(1, min(count, FIRST_PULL_MESSAGES))",
         "batches far above maxBytesPerTrigger",
     ),
+    Mutant(
+        "a slice records the Pull's lease beyond the task's renewals",
+        "source/executors/task.py",
+        "        proven = min(proven, mono + self.order.lease_seconds)\n",
+        "",
+        "the driver judges an acknowledgement after the task's renewal shortened the lease proven: read twice "
+        "(drawn_executors_posix_1238)",
+    ),
     # ------------------------------------------------------------ receiver=executors: the driver side
     Mutant(
         "slices that yielded nothing acknowledged with their batch",
@@ -284,6 +303,14 @@ MUTANTS = [
         "held = chunks + later if lease else later",
         "held = chunks + later if lease else []",
         "messages published after an AvailableNow run began are delivered again and again",
+    ),
+    Mutant(
+        "a commit counts only the driver's own renewals in its messages' leases",
+        "source/executors/mode.py",
+        "            time.monotonic() + self._opts.ackDeadlineSeconds + MODIFY_DEADLINE.total,\n",
+        "            0.0,\n",
+        "a failed hand-back's shadow ends before the lease a task renewed: an AvailableNow run ends with messages "
+        "unread (drawn_executors_posix_408)",
     ),
     Mutant(
         "later messages' bytes not counted",

@@ -21,6 +21,7 @@ With a ``stateDir`` (every simulated run has one):
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass
 
 from .spark import RunnerDied, SinkFails
@@ -59,6 +60,12 @@ def _bounds(rec: Record) -> list[str]:
     message of recent answers: where sizes vary, each Pull in flight may bring larger ones than
     its reservation counted (seen: the driver's 4 Pulls after a 12 s pause, 2 messages over, the
     driver/posix seed 414), a soft bound, not checked.
+
+    A task attempt frozen as it wrote its slice, past its claim, is written off, but its write
+    lands when it wakes and the driver leases what it records, while the attempt that took the
+    claim over holds its own Pull until it finds that slice and hands the Pull back (no storage
+    fences a write already sent): in a world where such a write landed late, the count bound
+    allows one task's share more (the executors/gs seed 302: 51 of 40).
     """
     sc, o, problems = rec.scenario, rec.scenario.options, []
     size = {m: len(msg.data) for s in rec.service.subs.values() for m, msg in s.messages.items()}
@@ -66,7 +73,11 @@ def _bounds(rec: Record) -> list[str]:
     tasks = max((p or max(2, len(sc.subs))) for p in sc.partitions) if sc.mode == "executors" else 1
     slack = tasks * largest if sc.body_min is None else None
     bound = int(o["maxOutstandingMessages"])
-    over = {app: n for app, n in rec.service.max_held.items() if n > bound}
+    late_slice = bool(rec.service.written_off) and any(
+        op == "create" and "/slices/" in k and k.endswith(".arrow") for op, k in rec.storage.late_writes
+    )
+    share = math.ceil(bound / min(p or max(2, len(sc.subs)) for p in sc.partitions)) if late_slice else 0
+    over = {app: n for app, n in rec.service.max_held.items() if n > bound + share}
     if over:
         problems.append(f"held more than maxOutstandingMessages={bound} at once: {over}")
     if "maxOutstandingBytes" in o and slack is not None:

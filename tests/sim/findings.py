@@ -143,19 +143,19 @@ def a_fresh_query_whose_first_process_died_executors(seed: int = 0) -> Scenario:
 @finding
 def drawn_driver_posix_246(seed: int = 246) -> Scenario:
     """On 11f59fe: lost 4 of 60 (acknowledged, never in the sink)."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
 def drawn_driver_posix_38(seed: int = 38) -> Scenario:
     """On 11f59fe: 40 messages reached the sink twice."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
 def drawn_driver_gs_115(seed: int = 115) -> Scenario:
     """On 11f59fe: an AvailableNow run ended with 49 of 606 messages published before it unread."""
-    return draw(seed, "driver", "gs")
+    return draw(seed, "driver", "gs", rare=False)
 
 
 # Found by the larger sweep (seeds 1000-3000) after the fixes above: a defect those fixes brought
@@ -168,7 +168,7 @@ def drawn_driver_posix_1247(seed: int = 1247) -> Scenario:
     it unread. The run before it pulled again once it had ended; the answer came while it stopped,
     its hand-back was lost, and the lease it left was not in its release note, so the next run did
     not wait it out. Its first batch also waited its whole 20 s bound for messages after its cutoff."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 # Found by CI's sweep (seeds 0-500) on 2bcdf62, failing there.
@@ -181,7 +181,7 @@ def drawn_driver_posix_440(seed: int = 440) -> Scenario:
     messages stayed leased to nobody for the 60 s the leaser had asked for, and shutdown reported
     none of it (only a failed hand-back while stopping counted), so the next run took Pub/Sub's
     empty answers for a drained subscription."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -190,7 +190,7 @@ def drawn_executors_gs_174(seed: int = 174) -> Scenario:
     task's lease of a key's first message lapsed after it recorded its slice; a retried sibling
     was delivered that message again with the key's next one, kept the next one and left the first
     to the slice that recorded it earlier, whose partition comes later in the batch."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 @finding
@@ -199,7 +199,7 @@ def drawn_driver_posix_902(seed: int = 902) -> Scenario:
     subscription never ended. Every hand-back of what was published after its cutoff was refused
     with PERMANENT_FAILURE_INVALID_ACK_ID, and each refusal cast a lease-long shadow, so no answer
     ever counted as evidence. An ack id refused for good holds no lease."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -207,7 +207,7 @@ def drawn_executors_gs_537(seed: int = 537) -> Scenario:
     """On 5213877 (a regression of 7772b89): receiver=executors held 50 messages with a bound of 40.
     Later messages whose hand-back waited for a renewal in flight no longer counted as held, so
     the next batch was planned with their room."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 @finding
@@ -217,7 +217,7 @@ def drawn_driver_posix_59(seed: int = 59) -> Scenario:
     the run before it planned while that batch's messages came back; a puller looked a redelivery
     up among the acknowledged ids before the commit remembered it and among the held ones after
     the commit had taken it out, and kept it as new."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -225,7 +225,7 @@ def drawn_driver_posix_42(seed: int = 42) -> Scenario:
     """On 52b9d50, once threads stall: the query held 80 messages with a bound of 40. A commit gave
     its messages' room back before their acknowledgements were queued, and its thread lost the CPU
     in between while the pullers filled the room again."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -234,13 +234,13 @@ def drawn_driver_posix_1463(seed: int = 1463) -> Scenario:
     handed back the messages published after its cutoff to make room, gave their room back before
     their hand-back (ModifyAckDeadline 0) was queued, and its thread lost the CPU in between while
     the pullers filled the room again (the hand-back's side of seed 42)."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
 def drawn_driver_gs_646(seed: int = 646) -> Scenario:
     """On 17201c3 (and 52b9d50): held 48 messages with a bound of 40, the hand-back of seed 1463."""
-    return draw(seed, "driver", "gs")
+    return draw(seed, "driver", "gs", rare=False)
 
 
 @finding
@@ -250,7 +250,7 @@ def drawn_executors_posix_465(seed: int = 465) -> Scenario:
     storage holding the lease's mutex; the attempt's publish waited on it, the claim lapsed, and
     the first attempt took it over and pulled the slice again while the speculative one still held
     its messages (72de6fc, 18e042b)."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -259,7 +259,7 @@ def drawn_executors_gs_1170(seed: int = 1170) -> Scenario:
     died holding its claim had pulled them from a subscription whose deadline (60 s) is longer
     than ackDeadlineSeconds (30 s); its retry shadowed the subscription for ackDeadlineSeconds only,
     so the next process took an empty answer for proof while they were still leased to nobody."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 # Found by a sweep beyond CI's seeds (1500-3000) on 988fb21.
@@ -291,7 +291,7 @@ def drawn_driver_posix_2025(seed: int = 2025) -> Scenario:
     pullers took at once, so every Pull went while a hand-back was in flight, and an ordered
     subscription's answer counted as no evidence while any acknowledgement or hand-back was. A
     hand-back of messages after the cutoff holds back only their keys' later messages."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 def _ordered_key_delivered_again(mode: str, seed: int) -> Scenario:
@@ -337,7 +337,7 @@ def drawn_executors_posix_212(seed: int = 212) -> Scenario:
     10 s, 6 times in a minute (on a subscription with a dead-letter policy, dead-lettered after a few
     runs' worth). A slice whose batch committed before the driver's scan found it was first read at
     the commit, unleased, and its later rows, held until the run ended, were never leased."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -366,7 +366,7 @@ def drawn_executors_posix_208(seed: int = 208) -> Scenario:
     maxBytesPerTrigger=1024 (900 B bodies, 4 tasks). A task's first Pull, before it knew the size of
     a message, asked for 10 whatever its byte share; it now asks for no more than the share holds
     at Pub/Sub's largest message (10 MB), and knows the sizes the worker's last task saw."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -401,7 +401,7 @@ def drawn_executors_gs_284(seed: int = 284) -> Scenario:
     new messages, yielded them to a sink that kept the first write, and had them acknowledged. A
     replayed batch's slice that its first run never recorded yielded nothing then: it pulls
     nothing now."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 @finding
@@ -411,7 +411,7 @@ def drawn_driver_gs_155(seed: int = 155) -> Scenario:
     now and then an answer came late, leasing its messages to nobody and casting a new shadow of a
     minute. A slot whose newest answer would prove the subscription drained but for a shadow now
     waits for the shadow's end before it pulls again."""
-    return draw(seed, "driver", "gs")
+    return draw(seed, "driver", "gs", rare=False)
 
 
 @finding
@@ -421,7 +421,7 @@ def drawn_executors_gs_473(seed: int = 473) -> Scenario:
     world failed first on 904,200 B held with maxOutstandingBytes=65536), as in
     drawn_driver_gs_155: each batch's tasks pulled the shadowed subscription, and a late answer
     cast a new shadow. Such a subscription is now left out of a batch's orders until its shadow ends."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 # Found once calls may wait for a pause of their process, and the service never acts on a request
@@ -435,7 +435,7 @@ def drawn_executors_posix_127(seed: int = 127) -> Scenario:
     attempt lost its claim, handed back what it held and released the claim noting nothing still
     leased; its retry took no shadow over, and an empty answer while the 6 were leased ended the
     run. The release now notes the attempt's shadows too."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -466,7 +466,7 @@ def drawn_executors_posix_1026(seed: int = 1026) -> Scenario:
     a lease from then, while the old runner went on renewing for 17 s more (it learnt it had lost
     the stateDir only at its next renewal of it). A leaser now renews nothing while its process
     cannot prove it holds the stateDir (tests/source/pubsub/test_leaser.py)."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -477,7 +477,7 @@ def drawn_executors_gs_5838(seed: int = 5838) -> Scenario:
     as neither answered nor wholly unproven, and forgot the proven rest: the ordered key's
     redelivery (every later message of a key comes again, even acknowledged ones) was yielded
     again (tests/source/state/test_ledger.py)."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 @finding
@@ -489,7 +489,7 @@ def drawn_executors_posix_6567(seed: int = 6567) -> Scenario:
     20 s as proven: the id was remembered for the dedupe window only, and Pub/Sub, draining a
     backlog 5 messages a trigger, delivered it again after that window
     (tests/source/pubsub/test_leaser.py)."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -499,7 +499,7 @@ def drawn_executors_posix_2719(seed: int = 2719) -> Scenario:
     late); batch 8's 15 messages were still held when batch 9's tasks pulled their shares of a plan
     made for all 15. The tasks' shares now come from the room left when Spark asks for the
     batch's partitions (tests/source/executors/test_orders.py)."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -509,7 +509,7 @@ def drawn_driver_posix_5264(seed: int = 5264) -> Scenario:
     another puller's empty answer, to a Pull sent later, was taken first and completed the
     evidence: Pub/Sub had given the messages to the first Pull. An answer proves nothing now
     while a Pull sent before it is not taken (tests/source/pubsub/test_drained.py)."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -520,7 +520,7 @@ def drawn_driver_posix_10702(seed: int = 10702) -> Scenario:
     an answer its pullers had taken meanwhile, which held the key's later message (Pub/Sub delivers
     a key again from its first unacknowledged message). Such batches now go to the buffer's head
     (tests/source/driver/test_receiver.py)."""
-    return draw(seed, "driver", "posix")
+    return draw(seed, "driver", "posix", rare=False)
 
 
 @finding
@@ -531,7 +531,7 @@ def drawn_executors_gs_12658(seed: int = 12658) -> Scenario:
     keys back, while receiver=executors counted the shadow of an unproven acknowledgement as the
     subscription's deadline (20 s) from its answer. The driver's receiver counts it to the
     messages' last lease (pubsub/holding.py); the executors' copy of that rule now does too."""
-    return draw(seed, "executors", "gs")
+    return draw(seed, "executors", "gs", rare=False)
 
 
 @finding
@@ -543,7 +543,7 @@ def drawn_executors_posix_1238(seed: int = 1238) -> Scenario:
     (a standard subscription answers OK to a lapsed ack id) and remembered the id for the dedupe
     window only. The proof now shrinks as a renewal is sent (pubsub/leaser.py), and a slice
     records no more than the task's lease from the recording (executors/task.py)."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)
 
 
 @finding
@@ -556,4 +556,4 @@ def drawn_executors_posix_408(seed: int = 408) -> Scenario:
     as proof of drained and ended. The same code on 928a414 passes this world only because its
     trajectory differs. A batch's commit now counts its tasks' renewals (each a lease from the
     commit at most) in the leases of its messages."""
-    return draw(seed, "executors", "posix")
+    return draw(seed, "executors", "posix", rare=False)

@@ -65,6 +65,7 @@ class Terms:
     ack_lost: float = 0.0  # chance an Acknowledge/ModifyAckDeadline lands but its answer is lost
     ack_dropped: float = 0.0  # ... is lost before it lands
     ack_late: float = 0.0  # ... answered after the client's deadline (landing before it)
+    hand_back_dropped: float = 0.0  # a hand-back (ModifyAckDeadline 0) lost before it lands, besides; by a focus only
     expired_ack_acts: float = 0.5  # chance a standard subscription's OK to a lapsed ack id acts anyway
     transient_eod: float = 0.0  # exactly-once: chance per ack id of a TRANSIENT_FAILURE
     outages: list[tuple[float, float]] = field(default_factory=list)  # (start, end), virtual seconds
@@ -546,7 +547,8 @@ class SimPubSub:
             # Sent while its client was paused past the deadline: never acted on (see pull).
             raise gexc.DeadlineExceeded(f"{kind}: reached the service after its deadline (simulated)")
         r = self.rng.random()
-        if r < t.ack_dropped:
+        dropped = t.ack_dropped + (t.hand_back_dropped if let_go else 0.0)
+        if r < dropped:
             sched.sleep(max(0.0, (timeout or 10.0) - (sched.now - start)))
             raise gexc.DeadlineExceeded(f"{kind}: the request was lost (simulated)")
         who = sched.process().name
@@ -563,7 +565,7 @@ class SimPubSub:
             self._notify()
             return failures
 
-        if r < t.ack_dropped + t.ack_late:
+        if r < dropped + t.ack_late:
             # It lands at any time before its deadline, and the answer comes after the client
             # gave up. Not later: gRPC sends the deadline along, and the service drops a request
             # whose deadline passed (as for a Pull answered late, whose lease starts before it).

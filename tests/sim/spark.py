@@ -111,6 +111,10 @@ class SparkTerms:
     latest_again: float = 0.0
     zombie_runner: float = 0.0  # chance the driver-side runner outlives its stopped query for seconds
     first_write: bool = False  # the sink keeps a batch's first write (Delta's txnVersion, the file sink)
+    # Chance a partial read (limit(), show()) cancels the last task it ran while that task still
+    # runs, once it has what it needs: the attempt is killed at once, mid-pull, and never retried,
+    # and the batch commits without its partition. Set by a focus only (tests/sim/world.py).
+    cancel: float = 0.0
 
     @classmethod
     def draw(cls, rng: Any, *, rough: float, version: str | None = None) -> SparkTerms:
@@ -187,6 +191,7 @@ class SparkApp:
         self._wire_ids = wire_ids
         # The freedoms added later draw from a generator of their own (see SparkTerms.draw_more).
         self.more = random.Random(f"{name}-more") if more is None else more
+        self.cancels = random.Random(f"{name}-cancels")  # its own: the other draws stay as they were
         self.reader: Any = None
         self._start: dict | None = None
         self._pending: int | None = None
@@ -341,6 +346,9 @@ class SparkApp:
             run = order[: self.rng.randint(0, len(order))]
             if run and self.rng.random() < 0.5:
                 stop_after[run[-1]] = 1
+        cancel_after: dict[int, float] = {}
+        if partial and run and self.terms.cancel and self.cancels.random() < self.terms.cancel:
+            cancel_after[run[-1]] = self.cancels.uniform(0.05, 1.5)
         outputs: dict[int, list[str]] = {}
         yielded: dict[int, list[str]] = {}
         errors: list[BaseException] = []
@@ -358,6 +366,7 @@ class SparkApp:
                 outputs,
                 yielded,
                 errors,
+                cancel_after.get(i),
             )
             threads.append(th)
         for th in threads:
@@ -378,14 +387,43 @@ class SparkApp:
         return out - set(rows)
 
     def _task(
-        self, n: int, i: int, part: Any, stop_after: int | None, outputs: dict, yielded: dict, errors: list
+        self,
+        n: int,
+        i: int,
+        part: Any,
+        stop_after: int | None,
+        outputs: dict,
+        yielded: dict,
+        errors: list,
+        cancel_after: float | None = None,
     ) -> None:
-        """One task: attempts until one succeeds (retries, speculative copies), as Spark's scheduler runs them."""
+        """One task: attempts until one succeeds (retries, speculative copies), as Spark's scheduler runs them.
+
+        ``cancel_after``: the job cancels the task after that many seconds if it still runs (its
+        attempts are killed, none follows).
+        """
+        cancelled: list[bool] = []  # [True] once the job cancelled the task
+        workers: list[Process] = []
+        if cancel_after is not None:
+
+            def cancel() -> None:
+                self.sched.sleep(cancel_after)
+                if i in outputs:
+                    return
+                cancelled.append(True)
+                for w in workers:
+                    if w.alive:
+                        self.sched.kill(w)
+
+            _spawn(self.sched, self.jvm, f"{self.name}-cancel-{n}.{i}", cancel)
         for attempt in range(MAX_TASK_ATTEMPTS):
+            if cancelled:
+                return
             result: dict[str, Any] = {}
             attempts = [self._attempt(n, i, attempt, part, stop_after, result)]
             if self.terms.speculation and self.rng.random() < self.terms.speculation:
                 attempts.append(self._attempt(n, i, attempt, part, stop_after, result, speculative=True))
+            workers.extend(w for _, w in attempts)
             while not result and any(th.is_alive() for th, _ in attempts):
                 for th, _ in attempts:
                     th.join(0.05)
@@ -397,6 +435,8 @@ class SparkApp:
             if "rows" in result:
                 outputs[i] = result["rows"]
                 yielded[i] = result["yielded"]
+                return
+            if cancelled:
                 return
         errors.append(result.get("error") or _TaskFailed(f"task {n}.{i} failed {MAX_TASK_ATTEMPTS} times"))
 

@@ -43,6 +43,10 @@ class StorageTerms:
     stall_seconds: tuple[float, float] = (5.0, 30.0)
     brownouts: list[tuple[float, float]] = field(default_factory=list)  # (start, end): calls fail
     landed_anyway: float = 0.5  # chance a write that failed in a brownout landed all the same
+    # Chance a task attempt's write freezes its whole process for ``stall_seconds`` (a GC pause or
+    # a VM migration as it writes: its claim's renewals stop too) and lands when it wakes. Set by
+    # a focus only (tests/sim/world.py).
+    freeze_tasks: float = 0.0
 
     @classmethod
     def draw(cls, rng: Any, flavour: str, *, rough: float) -> StorageTerms:
@@ -110,6 +114,13 @@ class SimStorage:
         stalled = write and bool(self.terms.stall) and self.rng.random() < self.terms.stall
         if stalled:
             s.sleep(self.rng.uniform(*self.terms.stall_seconds))
+        me = s.process()
+        task = me is not None and me.host.startswith("executor")
+        if write and self.terms.freeze_tasks and task and self.rng.random() < self.terms.freeze_tasks:
+            seconds = self.rng.uniform(*self.terms.stall_seconds)
+            s.pause(me, seconds)
+            s.sleep(seconds)
+            stalled = True
         end = self._brownout_end()
         if end is not None:
             # The client retries (Cloud Storage) or the hard mount blocks (NFS) meanwhile.
