@@ -78,8 +78,14 @@ PATHS = [
     Path(
         "executors: a dead task's leases waited out",
         S + "executors.mode",
-        "ExecutorsMode._shadow_unregistered",
+        "ExecutorsMode._shadow_claims",
         "longest = longest_lease(",
+    ),
+    Path(
+        "executors: what an attempt that lost its slice could not hand back waited out",
+        S + "executors.mode",
+        "ExecutorsMode._shadow_claims",
+        "self._drain.shadow(sub, noted)",
     ),
     Path(
         "executors: a batch replayed from its plan",

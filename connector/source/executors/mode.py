@@ -354,7 +354,7 @@ class ExecutorsMode:
             slices = {p: self._slice(bid, p) for p in registered if p < plan.parts}
             done.extend(slices.values())
             if plan.cutoff_us is not None:
-                self._shadow_unregistered(bid, plan, set(registered))
+                self._shadow_claims(bid, plan, set(registered))
             if plan.cutoff_us != self._cutoff_us:
                 stale_later.extend(c for s in slices.values() for c in s.later)
             if bid == upto:
@@ -575,20 +575,38 @@ class ExecutorsMode:
                 return False
             return all(self._drain.quiet(sub, [0], plan.cutoff_us, self._run_began) for sub in subs)
 
-    def _shadow_unregistered(self, bid: int, plan: Plan, registered: set[int]) -> None:
-        """AvailableNow: a task that started pulling and did not register may have died holding leases.
+    def _shadow_claims(self, bid: int, plan: Plan, registered: set[int]) -> None:
+        """AvailableNow: wait out what an attempt the batch did not count may hold, by its claim.
 
-        What it pulled stays leased, to nobody, for up to the longest lease it may have had
-        (:func:`.orders.longest_lease`): no answer before then proves its subscriptions drained.
+        What such an attempt pulled stays leased, to nobody, for up to the longest lease it may
+        have had (:func:`.orders.longest_lease`); no answer before then proves its subscriptions
+        drained. Three kinds, read from each task's claim:
+
+        * a task that claimed its slice and did not register may have died holding leases;
+        * an attempt still holding (or that died holding) the claim of a registered slice is not
+          the one that recorded it (that one released the claim before it registered): it may be
+          pulling, or about to find the slice recorded;
+        * an attempt that lost the slice to another (one frozen as it wrote, whose write landed
+          when it woke) released the claim noting until when what it could not hand back may stay
+          leased (``leased_until``). Nothing else of it reaches this process.
         """
         subs = self._opts.subscription_paths
         for p in range(plan.parts):
-            if p not in registered and self._store.claimed(bid, p):
-                now = time.time()
-                with self._lock:
-                    for sub in plan.subscriptions(p, subs):
+            record = self._store.claim_record(bid, p)
+            if record is None:
+                continue
+            now = time.time()
+            noted = float(record.get("leased_until") or 0.0)
+            held = p not in registered or not record.get("released")
+            if not held and noted <= now:
+                continue  # released by the attempt that recorded the slice, or its note has passed
+            with self._lock:
+                for sub in plan.subscriptions(p, subs):
+                    if held:
                         longest = longest_lease(self._opts.ackDeadlineSeconds, [self._subs[sub].ack_deadline])
-                        self._drain.shadow(sub, now + longest)
+                        self._drain.shadow(sub, max(noted, now + longest))
+                    else:
+                        self._drain.shadow(sub, noted)  # what an attempt that lost the slice could not hand back
 
     def _note_availability(self, slices: Any) -> None:
         """Keep when the tasks last found Pub/Sub reachable (an AvailableNow run fails after too long without)."""

@@ -157,6 +157,15 @@ class SliceStore:
         """Whether some attempt of task ``partition`` of ``batch_id`` ever claimed its slice (it started pulling)."""
         return self.storage.stat(self._claim(batch_id, partition)) is not None
 
+    def claim_record(self, batch_id: int, partition: int) -> dict | None:
+        """Return task ``partition``'s claim as its last holder left it (``None``: never claimed).
+
+        Its ``expiry`` (wall clock), whether it was ``released``, and the note it was released
+        with (``leased_until``: until when messages it could not hand back may stay leased).
+        """
+        data = self.storage.read(self._claim(batch_id, partition))
+        return None if data is None else json.loads(data)
+
     def _claim(self, batch_id: int, partition: int) -> str:
         return f"{self._dir(batch_id)}{partition:05d}.claim"
 

@@ -105,7 +105,8 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
                 elif table is None:
                     table, keeper, chunks = _pull_and_record(options, order, store, claim)
             finally:
-                claim.release()
+                # Idempotent: an attempt that lost the slice to another released it with its own note.
+                claim.release(note=None if keeper is not None else _carried(claim, order))
         register = store.register(order.batch_id, order.index)
         yield _yielded(store, order, table, register)
     finally:
@@ -149,11 +150,16 @@ def _pull_and_record(
 ) -> tuple[pa.Table, Leaser | None, list[Chunk]]:
     """Pull the slice, record it (while the claim holds) and return it with its lease keeper and chunks."""
     rpc = _rpc(options)
+    recorded = threading.Event()
     keeper = Leaser(
         rpc.modify_ack_deadline,
         lease_seconds=order.lease_seconds,
         max_lease_seconds=max(order.lease_seconds, options.maxLeaseDurationSeconds),
         name=f"crdb-pubsub-task-leaser-{order.batch_id}-{order.index}",
+        # Until the slice is recorded, renewals go only while the claim allows writes: once it may
+        # have lapsed another attempt can take it over, and it waits out the leases this one had
+        # then (a process frozen past its claim renews nothing when it wakes).
+        may_renew=lambda: recorded.is_set() or claim.holds(),
     )
     keeper.start()
     pulled = _Pulled(order, keeper)
@@ -176,24 +182,61 @@ def _pull_and_record(
         pulled.mark_seen()
         table, info = pulled.table(), pulled.info()
         published = store.publish(claim, order.batch_id, order.index, table, info)
+        if published:
+            recorded.set()
     except BaseException:
-        keeper.stop(timeout=1.0)
-        leased_until = pulled.hand_back(rpc)  # nothing was recorded: let Pub/Sub deliver them again at once
-        # A Pull answered after it gave up leased messages that no hand-back reaches: the retry
-        # waits them out as it waits out those whose hand-back failed.
-        leased_until = max([leased_until, *(e.shadow_until for e in pulled.evidence.values())])
+        leased_until = _let_go(keeper, pulled, rpc)  # nothing was recorded: let Pub/Sub deliver them again at once
         if leased_until:
             with contextlib.suppress(Exception):  # unreleased, the retry waits out a whole lease
                 claim.release(note={"leased_until": leased_until})  # for the retry (see above)
         raise
     if not published:
-        # A speculative or retried attempt recorded the slice first: it is the one that counts.
-        keeper.stop(timeout=1.0)
-        pulled.hand_back(rpc)
-        recorded = store.read(order.batch_id, order.index)
-        assert recorded is not None
-        return recorded, None, []
+        # Another attempt recorded the slice first (one frozen as it wrote, whose claim this one
+        # took over, woke and its write landed): it is the one that counts. Nothing of what this
+        # attempt pulled reaches the driver but its claim, which says until when what could not
+        # be handed back may stay leased (ExecutorsMode._shadow_claims).
+        leased_until = _let_go(keeper, pulled, rpc)
+        claim.release(note={"leased_until": leased_until} if leased_until else None)
+        other = store.read(order.batch_id, order.index)
+        assert other is not None
+        return other, None, []
     return table, keeper, pulled.chunks
+
+
+def _let_go(keeper: Leaser, pulled: _Pulled, rpc: Rpc) -> float:
+    """Stop renewing and hand back what was not recorded; return until when some may stay leased (0.0: none).
+
+    The bound covers what the hand-back did not reach, a renewal still in flight (it may act after
+    the hand-back, from when it acts: at most its deadline after it was sent), and the shadows of
+    the attempt's Pulls (one answered after it gave up leased messages no hand-back reaches) and of
+    the attempt before it.
+    """
+    landed = keeper.stop(timeout=1.0)
+    leased_until = pulled.hand_back(rpc)
+    if not landed:
+        order = pulled.order
+        leased_until = max(
+            leased_until,
+            time.time() + MODIFY_DEADLINE.total + longest_lease(order.lease_seconds, order.deadlines.values()),
+        )
+    return max([leased_until, *(e.shadow_until for e in pulled.evidence.values())])
+
+
+def _carried(claim: Lease, order: SliceOrder) -> dict | None:
+    """Return the note the claim's last holder left, while it lasts (for an attempt that records no slice).
+
+    The driver reads the claim's last record alone: an attempt that releases it passes on until
+    when messages of the attempt before may stay leased (its note, or, when it died holding the
+    claim, the longest lease it may have had).
+    """
+    previous = claim.previous
+    if previous is None:
+        return None
+    if previous.get("released"):
+        until = float(previous.get("leased_until") or 0.0)
+    else:
+        until = time.time() + longest_lease(order.lease_seconds, order.deadlines.values())
+    return {"leased_until": until} if until > time.time() else None
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import pyarrow as pa
 import pytest
 from google.api_core import exceptions as gexc
 
@@ -183,3 +184,110 @@ def test_an_available_now_run_waits_out_the_leases_of_a_task_that_died_holding_i
     assert not missing, (
         f"the run ended with {len(missing)} messages unread, {len(set(dead) & missing)} of them the dead attempt's"
     )
+
+
+class _ZombieWriteLands:
+    """Wraps the fake's Pull: as the first Pull of the attempt under test is answered, another
+    attempt's write of the same slice lands (one frozen as it wrote, whose claim this attempt took
+    over); it pulled nothing. Every hand-back (ModifyAckDeadline 0) after that is lost."""
+
+    def __init__(self, fake, storage, batch_id: int, index: int) -> None:
+        self._fake = fake
+        self._pull = fake.pull
+        self._nack = fake.modify_ack_deadline
+        self._storage = storage
+        self._key = SliceStore(storage).key(batch_id, index)
+        self.landed = False
+        self.pulled: list[str] = []
+        self.lost: list[str] = []
+        fake.pull = self
+        fake.modify_ack_deadline = self.modify_ack_deadline
+
+    def __call__(self, sub, max_messages, timeout, return_immediately):
+        got = self._pull(sub, max_messages, timeout, return_immediately)
+        self.pulled += [m.mid for m in got]
+        if not self.landed:
+            self.landed = True
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, store.SLICE_SCHEMA.with_metadata(task._empty_info().metadata())) as writer:
+                writer.write_table(store.SLICE_SCHEMA.empty_table())
+            assert self._storage.create(self._key, sink.getvalue().to_pybytes())
+        return got
+
+    def modify_ack_deadline(self, sub, ack_ids, seconds):
+        if seconds == 0 and self.landed:
+            self.lost.extend(ack_ids)
+            raise gexc.ServiceUnavailable("the hand-back was lost")
+        return self._nack(sub, ack_ids, seconds)
+
+
+def test_an_available_now_run_waits_out_the_leases_of_an_attempt_that_lost_its_slice_to_another(
+    fake, make_reader, tmp_path
+):
+    """An attempt of task 1 pulls its share, then finds the slice recorded by another attempt (one
+    frozen as it wrote, whose claim it had taken over: its write landed when it woke). What it
+    pulled is not the slice's: it hands it back, and the hand-back is lost, so those messages stay
+    leased, to nobody, for the subscription's deadline (60 s). The run must read them once that
+    lapses, not end on the other task's empty answers before (the planner knows nothing of this
+    attempt but its claim)."""
+    fake.create_subscription(SUB, ack_deadline=60)
+    ids = fake.publish(
+        SUB, [f'{{"Key":[{i}],"Value":{{"after":{{"id":{i}}}}},"Topic":"t"}}'.encode() for i in range(40)]
+    )
+    state = tmp_path / "state"
+    reader = make_reader(SUB, receiver="executors", stateDir=state, numPartitions=2, ackDeadlineSeconds=30)
+    logs = Logs()
+    s = SparkCalls(reader, logs, "4.3")
+    s.start()
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    first, second = reader.partitions(start, end)
+    zombie = _ZombieWriteLands(fake, open_storage(str(state)), second.batch_id, second.index)
+    got = ids_of(list(_roundtrip(reader).read(second)))
+    assert zombie.pulled and set(zombie.lost) and not got, "the attempt did not lose its slice as staged"
+    got += ids_of(list(_roundtrip(reader).read(first)))
+    logs.offsets[0] = end
+    logs.commits.add(0)
+    s = SparkCalls(reader, logs, "4.3")
+    s.start()
+    t0 = time.monotonic()
+    while s.trigger():
+        assert time.monotonic() - t0 < 300, "the AvailableNow run did not end"
+    got += s.ids()
+    missing = set(ids) - set(got)
+    assert not missing, (
+        f"the run ended with {len(missing)} messages unread, {len(set(zombie.pulled) & missing)} of them "
+        "the losing attempt's"
+    )
+
+
+def test_a_task_renews_no_lease_once_its_claim_may_have_lapsed(fake, tmp_path, monkeypatch):
+    """The claim's renewals stall in the storage while a Pull of the task hangs (as when its
+    process is paused: its leaser's thread wakes first). Once the claim may have lapsed, another
+    attempt can take it over and waits out the leases this one held then, no longer: a renewal
+    sent after that leases its messages to nobody past the wait, and an empty answer of the other
+    attempt's after the wait proves the subscription drained while they are still leased."""
+    ttl, margin = 3.0, 0.5
+    monkeypatch.setattr(store, "CLAIM_TTL_SECONDS", ttl)
+    monkeypatch.setattr(store, "CLAIM_MARGIN_SECONDS", margin)
+    stalled = _StalledRenewals(open_storage(str(tmp_path)), stall=30.0)
+    monkeypatch.setattr(task, "_storage", lambda state_dir: stalled)
+    fake.create_subscription(SUB, ack_deadline=2)
+    fake.publish(SUB, [b"x" * 100] * 50)
+    slow = SlowPulls(fake, lambda n: 0.1 if n == 0 else 6.0, cap=20, share=50)
+    renewals: list[float] = []
+    modify = fake.modify_ack_deadline
+
+    def renewal(sub, ack_ids, seconds):
+        if seconds > 0:
+            renewals.append(time.monotonic())
+        return modify(sub, ack_ids, seconds)
+
+    fake.modify_ack_deadline = renewal
+    order = dataclasses.replace(one_order(max_messages=50, seconds=8.0, deadline=2), lease_seconds=2)
+    with pytest.raises(LeaseLost, match="may have expired"):
+        read_slice(tmp_path, order)
+    assert renewals, "the task renewed nothing before its claim lapsed"
+    late = [round(t - slow.first, 2) for t in renewals if t >= slow.first + ttl - margin]
+    assert not late, f"renewals sent {late} s after the first Pull; the claim allowed writes for {ttl - margin} s"
