@@ -34,8 +34,8 @@ MUTANTS = [
     Mutant(
         "an OK to an acknowledgement counts as proof after the lease lapsed",
         "source/pubsub/acknowledgements.py",
-        "if not failed and not c.stale and (exactly_once or answered < c.proven_until):",
-        "if not failed and not c.stale:",
+        "in_time = exactly_once or answered < c.proven_until",
+        "in_time = True",
         "an acknowledgement that did not act is forgotten: the message comes back and is read twice",
     ),
     Mutant(
@@ -289,7 +289,29 @@ MUTANTS = [
         "the driver judges an acknowledgement after the task's renewal shortened the lease proven: read twice "
         "(drawn_executors_posix_1238)",
     ),
+    Mutant(
+        "a task renews its leases after its claim may have lapsed",
+        "source/executors/task.py",
+        "may_renew=lambda: recorded.is_set() or claim.holds(),",
+        "may_renew=None,",
+        "an attempt frozen past its claim leases its messages past what the attempt that took over waits "
+        "out: an AvailableNow run ends with them unread",
+    ),
+    Mutant(
+        "an attempt that lost its slice releases its claim with no note",
+        "source/executors/task.py",
+        'claim.release(note={"leased_until": leased_until} if leased_until else None)',
+        "claim.release()",
+        "what it could not hand back stays leased to nobody and an AvailableNow run ends with it unread",
+    ),
     # ------------------------------------------------------------ receiver=executors: the driver side
+    Mutant(
+        "the driver ignores the note of an attempt that lost its slice",
+        "source/executors/mode.py",
+        "self._drain.shadow(sub, noted)",
+        "self._drain.shadow(sub, 0.0)",
+        "what that attempt could not hand back stays leased to nobody and an AvailableNow run ends with it unread",
+    ),
     Mutant(
         "slices that yielded nothing acknowledged with their batch",
         "source/executors/mode.py",
