@@ -207,6 +207,14 @@ def _focused(sc: Scenario, rng: random.Random, rare: bool = True) -> Scenario:
             freeze = random.Random(f"stalls-{sc.seed}").choice([0.2, 0.3])
             changes.update(storage_terms=replace(sc.storage_terms, freeze_tasks=freeze, stall_seconds=(5.0, 15.0)))
             changes.update(spark=replace(sc.spark, speculation=max(sc.spark.speculation, 0.5)))
+            losers = random.Random(f"losers-{sc.seed}")
+            if losers.random() < 0.5:
+                # AvailableNow with hand-backs often lost: what an attempt that lost its slice to
+                # the frozen one could not hand back is waited out (from its claim's note).
+                pubsub = replace(sc.pubsub, hand_back_dropped=losers.choice([0.5, 0.8]))
+                spark = replace(changes["spark"], version=losers.choice(["4.2", "4.3"]))
+                changes.update(trigger="available_now", pubsub=pubsub, spark=spark)
+                options.pop("maxMessagesPerTrigger", None)
     elif focus == "small_window":
         # Trigger.AvailableNow on a live topic with little room: later messages fill it.
         options["maxOutstandingMessages"] = str(rng.choice([15, 40]))
