@@ -300,7 +300,7 @@ MUTANTS = [
     Mutant(
         "an attempt that lost its slice releases its claim with no note",
         "source/executors/task.py",
-        'claim.release(note={"leased_until": leased_until} if leased_until else None)',
+        'claim.release(note={"leased_until": max([bound, *(e.shadow_until for e in pulled.evidence.values())])})',
         "claim.release()",
         "what it could not hand back stays leased to nobody and an AvailableNow run ends with it unread",
     ),
@@ -308,8 +308,8 @@ MUTANTS = [
     Mutant(
         "the driver ignores the note of an attempt that lost its slice",
         "source/executors/mode.py",
-        "self._drain.shadow(sub, noted)",
-        "self._drain.shadow(sub, 0.0)",
+        "self._drain.shadow(sub, noted)  # what",
+        "self._drain.shadow(sub, 0.0)  # what",
         "what that attempt could not hand back stays leased to nobody and an AvailableNow run ends with it unread",
     ),
     Mutant(

@@ -46,13 +46,13 @@ PATHS = [
         "task: a failed pull handed back",
         S + "executors.task",
         "_pull_and_record",
-        "leased_until = pulled.hand_back(rpc)",
+        "leased_until = _let_go(keeper, pulled, rpc)  # nothing",
     ),
     Path(
         "task: another attempt recorded the slice first",
         S + "executors.task",
         "_pull_and_record",
-        "recorded = store.read(",
+        "other = store.read(",
     ),
     Path("task: a dead attempt's claim taken over", S + "executors.task", "_pull_and_record", "released = bool("),
     Path(
@@ -79,13 +79,25 @@ PATHS = [
         "executors: a dead task's leases waited out",
         S + "executors.mode",
         "ExecutorsMode._shadow_claims",
-        "longest = longest_lease(",
+        "self._drain.shadow(sub, now + longest)",
     ),
     Path(
         "executors: what an attempt that lost its slice could not hand back waited out",
         S + "executors.mode",
         "ExecutorsMode._shadow_claims",
         "self._drain.shadow(sub, noted)",
+    ),
+    Path(
+        "executors: a registered slice's claim another attempt held, read again",
+        S + "executors.mode",
+        "ExecutorsMode._shadow_claims",
+        "self._held_claims[(b, p)] = claim_subs",
+    ),
+    Path(
+        "executors: an attempt that died holding a registered slice's claim waited out",
+        S + "executors.mode",
+        "ExecutorsMode._shadow_claims",
+        "self._drain.shadow(sub, expiry + longest)",
     ),
     Path(
         "executors: a batch replayed from its plan",

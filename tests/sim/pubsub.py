@@ -620,7 +620,7 @@ class SimPubSub:
             m.holder = me if seconds else None
             return None
 
-        self._per_id(sub, ack_ids, timeout, act, "ModifyAckDeadline", let_go=seconds == 0)
+        self._per_id(sub, ack_ids, timeout, act, f"ModifyAckDeadline({seconds} s)", let_go=seconds == 0)
 
 
 def _exactly_once_error(failures: dict[str, str]) -> gexc.InvalidArgument:

@@ -48,7 +48,7 @@ from ..transport import MODIFY_DEADLINE, Rpc, rpc_for
 from ..wire import mask, numbers
 from .orders import Plan, SliceOrder, longest_lease, orders_of
 from .seen import SeenServer
-from .store import KEEP, LATER, SliceInfo, SliceStore
+from .store import CLAIM_MARGIN_SECONDS, KEEP, LATER, SliceInfo, SliceStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..options import SourceOptions
@@ -114,6 +114,9 @@ class ExecutorsMode:
         self._run_from: int | None = None  # the first batch planned in this AvailableNow run
         self._run_began = 0.0  # wall time the AvailableNow run began
         self._unanswered: set[int] = set()  # uncommitted batches whose orders were built with acks unanswered
+        # AvailableNow: claims of committed batches' registered slices another attempt held at the
+        # commit, read again at each commit until released or expired (_shadow_claims).
+        self._held_claims: dict[tuple[int, int], tuple[str, ...]] = {}
         self._unavailable_since: float | None = None  # wall time: the tasks found Pub/Sub unreachable since
         self._warned_later = False
         self._last_empty = False  # the newest committed batch brought nothing
@@ -358,7 +361,7 @@ class ExecutorsMode:
             if plan.cutoff_us != self._cutoff_us:
                 stale_later.extend(c for s in slices.values() for c in s.later)
             if bid == upto:
-                evidence = self._drained(bid, plan, slices)
+                evidence = self._drained(bid, plan, slices) and not self._held_claims
             self._note_availability(slices.values())
         with self._lock:
             for bid in batches:
@@ -442,6 +445,7 @@ class ExecutorsMode:
             renewing = not renewed
         with self._lock:
             held = bool(self._slices) or bool(self._later) or bool(self._holding and self._holding.waiting)
+            held = held or bool(self._held_claims)  # an attempt that may yet lose its slice
             shadow = self._drain.latest_shadow()
         if held or not flushed or renewing:
             return float("inf")
@@ -580,33 +584,48 @@ class ExecutorsMode:
 
         What such an attempt pulled stays leased, to nobody, for up to the longest lease it may
         have had (:func:`.orders.longest_lease`); no answer before then proves its subscriptions
-        drained. Three kinds, read from each task's claim:
+        drained. Read from each task's claim:
 
-        * a task that claimed its slice and did not register may have died holding leases;
-        * an attempt still holding (or that died holding) the claim of a registered slice is not
-          the one that recorded it (that one released the claim before it registered): it may be
-          pulling, or about to find the slice recorded;
+        * a task that claimed its slice and did not register may have died holding leases, or
+          still hold them (a task the job cancelled may run on, renewing them while its claim
+          holds: it is read again as below);
         * an attempt that lost the slice to another (one frozen as it wrote, whose write landed
-          when it woke) released the claim noting until when what it could not hand back may stay
-          leased (``leased_until``). Nothing else of it reaches this process.
+          when it woke) released the claim noting until when what it pulled may stay leased
+          (``leased_until``), before it handed that back. Nothing else of it reaches this process;
+        * the claim of a registered slice that another attempt still holds (the one that recorded
+          the slice released it before it registered): that attempt may yet lose the slice, or
+          be killed first. A claim still held is read again at each commit (and the run does not end) until it is
+          released, or expired: its holder died, and what it pulled lapses within the longest
+          lease after the claim's expiry (a task renews only while its claim allows writes).
         """
         subs = self._opts.subscription_paths
-        for p in range(plan.parts):
-            record = self._store.claim_record(bid, p)
+        claims = {(bid, p): tuple(plan.subscriptions(p, subs)) for p in range(plan.parts)}
+        with self._lock:
+            claims.update(self._held_claims)
+            self._held_claims.clear()
+        for (b, p), claim_subs in claims.items():
+            record = self._store.claim_record(b, p)
             if record is None:
                 continue
             now = time.time()
             noted = float(record.get("leased_until") or 0.0)
-            held = p not in registered or not record.get("released")
-            if not held and noted <= now:
-                continue  # released by the attempt that recorded the slice, or its note has passed
+            held = not record.get("released")
+            expiry = float(record.get("expiry") or 0.0) + CLAIM_MARGIN_SECONDS
+            unregistered = b == bid and p not in registered
             with self._lock:
-                for sub in plan.subscriptions(p, subs):
-                    if held:
-                        longest = longest_lease(self._opts.ackDeadlineSeconds, [self._subs[sub].ack_deadline])
-                        self._drain.shadow(sub, max(noted, now + longest))
-                    else:
-                        self._drain.shadow(sub, noted)  # what an attempt that lost the slice could not hand back
+                if held and now <= expiry:
+                    # Its holder is alive, or died less than a claim ago: read again at each commit.
+                    self._held_claims[(b, p)] = claim_subs
+                    if not unregistered:
+                        continue
+                for sub in claim_subs:
+                    longest = longest_lease(self._opts.ackDeadlineSeconds, [self._subs[sub].ack_deadline])
+                    if noted > now:
+                        self._drain.shadow(sub, noted)  # what an attempt that lost its slice could not hand back
+                    if unregistered:
+                        self._drain.shadow(sub, now + longest)  # a task that may have died holding leases
+                    elif held:
+                        self._drain.shadow(sub, expiry + longest)  # an attempt that died holding the claim
 
     def _note_availability(self, slices: Any) -> None:
         """Keep when the tasks last found Pub/Sub reachable (an AvailableNow run fails after too long without)."""

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 
 from ..lifecycle import gone_from_this_host
-from ..state.ledger import BATCH_SCHEMA, ROOT
+from ..state.ledger import BATCH_SCHEMA, ROOT, plan_key
 from ..storage import Storage
 from ..storage.lease import Lease, LeaseHeld
 
@@ -156,6 +156,10 @@ class SliceStore:
     def claimed(self, batch_id: int, partition: int) -> bool:
         """Whether some attempt of task ``partition`` of ``batch_id`` ever claimed its slice (it started pulling)."""
         return self.storage.stat(self._claim(batch_id, partition)) is not None
+
+    def planned(self, batch_id: int) -> bool:
+        """Whether ``batch_id``'s plan is in the ledger: recorded before its tasks run, deleted when Spark committed it."""
+        return self.storage.stat(plan_key(batch_id)) is not None
 
     def claim_record(self, batch_id: int, partition: int) -> dict | None:
         """Return task ``partition``'s claim as its last holder left it (``None``: never claimed).

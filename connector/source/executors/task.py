@@ -90,13 +90,21 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
     table = store.read(order.batch_id, order.index)
     keeper: Leaser | None = None
     chunks: list[Chunk] = []
+    if table is None and not store.planned(order.batch_id):
+        # An attempt left over from a batch Spark already committed (its plan and slices are
+        # deleted at the commit): its rows go nowhere, and what it pulled nobody would acknowledge
+        # or wait out (an AvailableNow run could end with it leased to nobody).
+        yield MESSAGE_SCHEMA.empty_table()
+        return
     try:
         if table is None:
             # Another attempt's claim is waited for until it must have expired (its executor died).
             claim = store.claim(order.batch_id, order.index, wait=CLAIM_TTL_SECONDS + 2 * CLAIM_MARGIN_SECONDS + 5.0)
             try:
                 table = store.read(order.batch_id, order.index)  # another attempt may have finished meanwhile
-                if table is None and order.replay:
+                if table is None and not store.planned(order.batch_id):
+                    table = SLICE_SCHEMA.empty_table()  # committed while this attempt waited for the claim
+                elif table is None and order.replay:
                     # Its first run recorded nothing, so yielded nothing: neither does this one (a
                     # sink that kept that run's output must see the same batch).
                     table = SLICE_SCHEMA.empty_table()
@@ -192,11 +200,14 @@ def _pull_and_record(
         raise
     if not published:
         # Another attempt recorded the slice first (one frozen as it wrote, whose claim this one
-        # took over, woke and its write landed): it is the one that counts. Nothing of what this
-        # attempt pulled reaches the driver but its claim, which says until when what could not
-        # be handed back may stay leased (ExecutorsMode._shadow_claims).
-        leased_until = _let_go(keeper, pulled, rpc)
-        claim.release(note={"leased_until": leased_until} if leased_until else None)
+        # took over, woke and its write landed): it is the one that counts, and Spark may kill
+        # this one any moment now. Nothing of what this attempt pulled reaches the driver but its
+        # claim, so it says first, in one write, until when that may stay leased, however the
+        # hand-back goes (ExecutorsMode._shadow_claims): a renewal sent by then acts within its
+        # deadline and leases for the longest lease at most; released, the claim allows none after.
+        bound = time.time() + MODIFY_DEADLINE.total + longest_lease(order.lease_seconds, order.deadlines.values())
+        claim.release(note={"leased_until": max([bound, *(e.shadow_until for e in pulled.evidence.values())])})
+        _let_go(keeper, pulled, rpc)
         other = store.read(order.batch_id, order.index)
         assert other is not None
         return other, None, []

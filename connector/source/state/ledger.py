@@ -105,6 +105,11 @@ def _plan(bid: int) -> str:
     return f"{ROOT}/plans/{bid:020d}.json"
 
 
+def plan_key(bid: int) -> str:
+    """Return the key of batch ``bid``'s plan (``receiver=executors``), which exists until Spark commits the batch."""
+    return _plan(bid)
+
+
 def _acked(bid: int) -> str:
     return f"{ROOT}/acked/{bid:020d}.arrow"
 

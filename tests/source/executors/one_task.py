@@ -8,6 +8,8 @@ import time
 from crdb_pubsub.source.executors import task
 from crdb_pubsub.source.executors.orders import SliceOrder
 from crdb_pubsub.source.options import parse_options
+from crdb_pubsub.source.state.ledger import plan_key
+from crdb_pubsub.source.storage import open_storage
 
 SUB = "projects/p/subscriptions/in-flight"
 
@@ -105,6 +107,9 @@ def read_slice(tmp_path, order: SliceOrder) -> tuple[list[str], float]:
             "stateDir": str(tmp_path),
         }
     )
+    storage = open_storage(str(tmp_path))  # the driver recorded the batch's plan before its tasks ran
+    if storage.stat(plan_key(order.batch_id)) is None:
+        storage.create(plan_key(order.batch_id), b"{}")
     t0 = time.monotonic()
     with task.pulled_slice(opts, order) as table:
         took = time.monotonic() - t0

@@ -291,3 +291,24 @@ def test_a_task_renews_no_lease_once_its_claim_may_have_lapsed(fake, tmp_path, m
     assert renewals, "the task renewed nothing before its claim lapsed"
     late = [round(t - slow.first, 2) for t in renewals if t >= slow.first + ttl - margin]
     assert not late, f"renewals sent {late} s after the first Pull; the claim allowed writes for {ttl - margin} s"
+
+
+def test_an_attempt_left_over_from_a_committed_batch_pulls_nothing(fake, make_reader, tmp_path):
+    """A task attempt of batch 1 starts after Spark committed the batch (a speculative copy, or an
+    attempt of a lost executor that ran on): the batch's slices are deleted at the commit, so it
+    finds none. Were it to pull, nobody would acknowledge or wait out what it took, and an
+    AvailableNow run could end with those messages leased to nobody (the simulation's
+    executors/gs seed 1961). It yields nothing and pulls nothing."""
+    fake.create_subscription(SUB, ack_deadline=60)
+    body = '{{"Key":[{i}],"Value":{{"after":{{"id":{i}}}}},"Topic":"t"}}'
+    fake.publish(SUB, [body.format(i=i).encode() for i in range(10)])
+    reader = make_reader(SUB, receiver="executors", stateDir=tmp_path / "state", numPartitions=1)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    (task_1,) = reader.partitions(start, end)
+    assert len(ids_of(list(_roundtrip(reader).read(task_1)))) == 10
+    reader.commit(end)
+    later = fake.publish(SUB, [body.format(i=i).encode() for i in range(10, 20)])
+    assert ids_of(list(_roundtrip(reader).read(task_1))) == [], "the left-over attempt yielded rows"
+    taken = [m for m in later if fake.deliveries[m]]
+    assert not taken, f"the left-over attempt pulled {len(taken)} messages nobody will acknowledge or wait out"
