@@ -90,7 +90,12 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
     table = store.read(order.batch_id, order.index)
     keeper: Leaser | None = None
     chunks: list[Chunk] = []
-    left_over = False
+    if table is None and not store.planned(order.batch_id):
+        # An attempt left over from a batch Spark already committed (its plan and slices are
+        # deleted at the commit): its rows go nowhere, and what it pulled nobody would acknowledge
+        # or wait out (an AvailableNow run could end with it leased to nobody).
+        yield MESSAGE_SCHEMA.empty_table()
+        return
     try:
         if table is None:
             # Another attempt's claim is waited for until it must have expired (its executor died).
@@ -98,11 +103,7 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
             try:
                 table = store.read(order.batch_id, order.index)  # another attempt may have finished meanwhile
                 if table is None and not store.planned(order.batch_id):
-                    # An attempt left over from a batch Spark already committed (its plan and
-                    # slices are deleted at the commit; read once the claim is held, as close to a
-                    # Pull as it gets): its rows go nowhere, and what it pulled nobody would
-                    # acknowledge or wait out (an AvailableNow run could end with it leased to nobody).
-                    left_over = True
+                    table = SLICE_SCHEMA.empty_table()  # committed while this attempt waited for the claim
                 elif table is None and order.replay:
                     # Its first run recorded nothing, so yielded nothing: neither does this one (a
                     # sink that kept that run's output must see the same batch).
@@ -114,9 +115,6 @@ def pulled_slice(options: SourceOptions, order: SliceOrder) -> Iterator[pa.Table
             finally:
                 # Idempotent: an attempt that lost the slice to another released it with its own note.
                 claim.release(note=None if keeper is not None else _carried(claim, order))
-        if left_over:
-            yield MESSAGE_SCHEMA.empty_table()  # nothing registered: the batch's folder is gone
-            return
         register = store.register(order.batch_id, order.index)
         yield _yielded(store, order, table, register)
     finally:
